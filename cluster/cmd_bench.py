@@ -1,0 +1,32 @@
+"""`pdserve bench ...`: benchmarks that print one JSON line of figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from engine.model_source import DEFAULT_MODEL
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run a benchmark and print one JSON line")
+    kinds = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    e = kinds.add_parser(
+        "engine",
+        help="forward-pass speed against memory bandwidth and matmul throughput",
+        description="Prefill and decode speed of one model in this process, with roofline "
+        "ratios (physical lower bound / measured time) measured in the same run.",
+    )
+    e.add_argument("--model", default=DEFAULT_MODEL)
+    e.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    e.set_defaults(run=run_engine)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    from bench.engine import run_engine_bench
+    from cluster.progress import load_with_progress
+
+    loaded = load_with_progress(args.model)
+    result = {"model": args.model, **run_engine_bench(loaded.model, quick=args.quick)}
+    print(json.dumps(result), flush=True)
+    return 0

@@ -1,0 +1,152 @@
+"""One forward step's inputs, built once per step and read by every layer (plan, then run).
+
+A step mixes single decode tokens and prefill chunks from sequences of any length. The
+batch's token rows are ordered decodes first, then each prefill chunk:
+
+    rows: [d0 d1 ... d(B-1) | p0 p0 p0 ... | p1 p1 ... ]
+           one token each     chunk of seq p0  chunk of seq p1
+
+Every token knows its position and its slot (block * 16 + offset) in the paged cache;
+attention reads earlier tokens only through each sequence's block table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class SeqChunk:
+    """The tokens one sequence feeds this step: positions start .. start+len-1."""
+
+    token_ids: Sequence[int]
+    start: int
+    """Tokens already in the cache before this chunk (0 for a fresh prompt)."""
+    block_table: Sequence[int]
+    """Blocks covering at least start + len(token_ids) tokens."""
+    want_logits: bool = True
+    """False for a prefill chunk that does not reach the prompt's end."""
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class PrefillSpan:
+    """A chunk of more than one query token, attended to on its own."""
+
+    row_start: int
+    num_tokens: int
+    tile_rows: torch.Tensor
+    """(2, H_kv, nb) tile rows of this sequence's blocks, layer 0."""
+    mask: torch.Tensor
+    """(num_tokens, nb*16) bool: True where query i may attend key j (causal)."""
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    num_decode: int
+    decode_tile_rows: torch.Tensor
+    """(2, B, H_kv, nb_max) tile rows for the decode sequences, padded with block 0."""
+    decode_bias: torch.Tensor
+    """(B, 1, 1, nb_max*16) additive mask: 0 for real keys, -inf past each context."""
+    prefills: tuple[PrefillSpan, ...]
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    token_ids: torch.Tensor  # (N,) int64
+    positions: torch.Tensor  # (N,) int64
+    slots: torch.Tensor  # (N,) int64
+    logits_rows: torch.Tensor  # (S,) rows whose next-token logits are wanted
+    attention: AttentionPlan
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+def build_batch(chunks: Sequence[SeqChunk], kv: KVCache) -> ForwardBatch:
+    """Chunks must list single-token decodes before multi-token prefill chunks."""
+    bs = kv.spec.block_size
+    decodes = [c for c in chunks if len(c.token_ids) == 1]
+    prefills = [c for c in chunks if len(c.token_ids) > 1]
+    ordered = decodes + prefills
+    for c in ordered:
+        if not c.token_ids:
+            raise ValueError("a chunk needs at least one token")
+        if len(c.block_table) * bs < c.end:
+            raise ValueError(f"block table covers {len(c.block_table) * bs} < {c.end} tokens")
+
+    token_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    logits_rows: list[int] = []
+    for c in ordered:
+        for pos in range(c.start, c.end):
+            positions.append(pos)
+            slots.append(c.block_table[pos // bs] * bs + pos % bs)
+        token_ids.extend(c.token_ids)
+        if c.want_logits:
+            logits_rows.append(len(token_ids) - 1)
+
+    plan = AttentionPlan(
+        num_decode=len(decodes),
+        prefills=_prefill_spans(prefills, len(decodes), kv),
+        **_decode_plan(decodes, kv),
+    )
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return ForwardBatch(
+        token_ids=as_long(token_ids),
+        positions=as_long(positions),
+        slots=as_long(slots),
+        logits_rows=as_long(logits_rows),
+        attention=plan,
+    )
+
+
+def _decode_plan(decodes: Sequence[SeqChunk], kv: KVCache) -> dict[str, torch.Tensor]:
+    bs = kv.spec.block_size
+    if not decodes:
+        return {
+            "decode_tile_rows": torch.zeros((2, 0, kv.spec.num_kv_heads, 0), dtype=torch.long),
+            "decode_bias": torch.zeros((0, 1, 1, 0)),
+        }
+    nb_max = max(-(-c.end // bs) for c in decodes)
+    tables = torch.zeros((len(decodes), nb_max), dtype=torch.long)
+    for i, c in enumerate(decodes):
+        nb = -(-c.end // bs)
+        tables[i, :nb] = torch.tensor(c.block_table[:nb], dtype=torch.long)
+    ends = torch.tensor([c.end for c in decodes]).view(-1, 1)
+    key_pos = torch.arange(nb_max * bs).view(1, -1)
+    bias = torch.zeros((len(decodes), nb_max * bs), dtype=kv.spec.dtype)
+    bias.masked_fill_(key_pos >= ends, float("-inf"))
+    return {"decode_tile_rows": kv.tile_rows(tables), "decode_bias": bias.view(len(decodes), 1, 1, -1)}
+
+
+def _prefill_spans(
+    prefills: Sequence[SeqChunk], row_start: int, kv: KVCache
+) -> tuple[PrefillSpan, ...]:
+    bs = kv.spec.block_size
+    spans = []
+    for c in prefills:
+        nb = -(-c.end // bs)
+        table = torch.tensor(c.block_table[:nb], dtype=torch.long)
+        q_pos = torch.arange(c.start, c.end).view(-1, 1)
+        k_pos = torch.arange(nb * bs).view(1, -1)
+        spans.append(
+            PrefillSpan(
+                row_start=row_start,
+                num_tokens=len(c.token_ids),
+                tile_rows=kv.tile_rows(table),
+                mask=k_pos <= q_pos,
+            )
+        )
+        row_start += len(c.token_ids)
+    return tuple(spans)

@@ -1,0 +1,53 @@
+"""Rotary position embeddings, llama style (rotate-half), with linear and llama3 scaling.
+
+Each head's dimension is split into two halves (x1, x2); position p rotates pair
+(x1[i], x2[i]) by angle p * inv_freq[i]. The table of cos/sin is computed once for the
+whole context window and indexed by position, so mixed batches need no special case.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from engine.config import ModelArgs, RopeScaling
+
+
+def inv_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
+    """(head_dim/2,) fp64 inverse frequencies after scaling."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    if scaling is None:
+        return inv
+    if scaling.kind == "linear":
+        return inv / scaling.factor
+    return _llama3_scale(inv, scaling)
+
+
+def _llama3_scale(inv: torch.Tensor, s: RopeScaling) -> torch.Tensor:
+    """Long wavelengths are divided by `factor`, short ones kept, the band between blended."""
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    blended = (1 - smooth) * inv / s.factor + smooth * inv
+    out = torch.where(wavelen > low_wavelen, inv / s.factor, inv)
+    in_band = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(in_band, blended, out)
+
+
+def rope_table(args: ModelArgs, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (max_seq_len, head_dim/2)."""
+    inv = inv_frequencies(args.head_dim, args.rope_theta, args.rope_scaling)
+    angles = torch.outer(torch.arange(args.max_seq_len, dtype=torch.float64), inv)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (N, heads, head_dim); cos/sin: (N, head_dim/2) already gathered by position."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos.unsqueeze(1), sin.unsqueeze(1)  # (N, 1, half)
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
