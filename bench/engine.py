@@ -101,7 +101,9 @@ class _Harness:
         a = model.args
         blocks = -(-max_tokens // 16) + 64
         self.model = model
-        self.kv = KVCache(KVCacheSpec(blocks, a.n_layers, a.n_kv_heads, a.head_dim, 16, model.dtype))
+        self.kv = KVCache(
+            KVCacheSpec(blocks, a.n_layers, a.n_kv_heads, a.head_dim, 16, model.dtype)
+        )
         self.kv.data.normal_()  # attended KV must hold real numbers, not zeros
         self.pool = BlockPool(blocks)
 

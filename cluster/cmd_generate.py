@@ -18,11 +18,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Generate text in this process. Without --prompt, chat interactively "
         "(one line per turn, an empty line or Ctrl-D ends).",
     )
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"alias, local .gguf file or HF directory (default: {DEFAULT_MODEL})")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"alias, local .gguf file or HF directory (default: {DEFAULT_MODEL})",
+    )
     p.add_argument("--prompt", help="the prompt; omit for an interactive chat")
-    p.add_argument("--chat", action="store_true",
-                   help="wrap the prompt as a user message in the model's chat template")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap the prompt as a user message in the model's chat template",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens to generate at most")
     p.add_argument("--temperature", type=float, default=0.7, help="0 for greedy")
     p.add_argument("--top-p", type=float, default=1.0)

@@ -34,8 +34,9 @@ def load_with_progress(
         task = progress.add_task(f"loading {name}", total=None)
 
         def report(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=f"{name}: {stage}", completed=done,
-                            total=total or None)
+            progress.update(
+                task, description=f"{name}: {stage}", completed=done, total=total or None
+            )
 
         loaded = load_model(name, dtype=dtype, cache_dir=cache_dir, progress=report)
     where = "cache" if loaded.from_cache else "converted and cached"

@@ -24,16 +24,15 @@ def paged_attention(
 
     The K/V of these rows must already be written to the cache.
     """
-    out = torch.empty_like(q)
     layer_offset = layer * kv.layer_stride_rows()
+    parts = []
     if plan.num_decode:
-        out[: plan.num_decode] = _decode(
-            q[: plan.num_decode], kv, plan.decode_tile_rows + layer_offset, plan.decode_bias, scale
-        )
+        rows = plan.decode_tile_rows + layer_offset
+        parts.append(_decode(q[: plan.num_decode], kv, rows, plan.decode_bias, scale))
     for span in plan.prefills:
-        rows = slice(span.row_start, span.row_start + span.num_tokens)
-        out[rows] = _prefill(q[rows], kv, span.tile_rows + layer_offset, span.mask, scale)
-    return out
+        q_span = q[span.row_start : span.row_start + span.num_tokens]
+        parts.append(_prefill(q_span, kv, span.tile_rows + layer_offset, span.mask, scale))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def gather_kv(kv: KVCache, tile_rows: torch.Tensor) -> torch.Tensor:
@@ -48,19 +47,18 @@ def _decode(
     b, h_q, d = q.shape
     h_kv = tile_rows.shape[2]
     k, v = gather_kv(kv, tile_rows).unbind(0)  # each (B, H_kv, T, D)
-    qg = q.view(b, h_kv, h_q // h_kv, d).to(k.dtype)  # (B, H_kv, G, D)
+    qg = q.unflatten(1, (h_kv, h_q // h_kv))  # (B, H_kv, G, D)
     scores = torch.matmul(qg, k.transpose(-1, -2)).mul_(scale).add_(bias)  # (B, H_kv, G, T)
     probs = torch.softmax(scores, dim=-1)
-    return torch.matmul(probs, v).view(b, h_q, d).to(q.dtype)  # (B, H_kv, G, D) -> (B, H_q, D)
+    return torch.matmul(probs, v).view(b, h_q, d)  # (B, H_kv, G, D) -> (B, H_q, D)
 
 
 def _prefill(
     q: torch.Tensor, kv: KVCache, tile_rows: torch.Tensor, mask: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    n, h_q, d = q.shape
     k, v = gather_kv(kv, tile_rows).unbind(0)  # each (H_kv, T, D)
-    qh = q.transpose(0, 1).unsqueeze(0).to(k.dtype)  # (1, H_q, N, D)
+    qh = q.transpose(0, 1).unsqueeze(0)  # (1, H_q, N, D)
     o = F.scaled_dot_product_attention(
         qh, k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, scale=scale, enable_gqa=True
     )  # (1, H_q, N, D)
-    return o.squeeze(0).transpose(0, 1).to(q.dtype)
+    return o.squeeze(0).transpose(0, 1)

@@ -6,7 +6,7 @@ batch's token rows are ordered decodes first, then each prefill chunk:
     rows: [d0 d1 ... d(B-1) | p0 p0 p0 ... | p1 p1 ... ]
            one token each     chunk of seq p0  chunk of seq p1
 
-Every token knows its position and its slot (block * 16 + offset) in the paged cache;
+Every token knows its position and its slot (block, offset) in the paged cache;
 attention reads earlier tokens only through each sequence's block table.
 """
 
@@ -63,7 +63,8 @@ class AttentionPlan:
 class ForwardBatch:
     token_ids: torch.Tensor  # (N,) int64
     positions: torch.Tensor  # (N,) int64
-    slots: torch.Tensor  # (N,) int64
+    slot_blocks: torch.Tensor  # (N,) int64: the block each token's K/V goes to
+    slot_offsets: torch.Tensor  # (N,) int64: its offset inside that block
     logits_rows: torch.Tensor  # (S,) rows whose next-token logits are wanted
     attention: AttentionPlan
 
@@ -73,12 +74,13 @@ class ForwardBatch:
 
 
 def build_batch(chunks: Sequence[SeqChunk], kv: KVCache) -> ForwardBatch:
-    """Chunks must list single-token decodes before multi-token prefill chunks."""
+    """Chunks must list every single-token chunk before the multi-token ones."""
     bs = kv.spec.block_size
-    decodes = [c for c in chunks if len(c.token_ids) == 1]
-    prefills = [c for c in chunks if len(c.token_ids) > 1]
-    ordered = decodes + prefills
-    for c in ordered:
+    n_single = sum(len(c.token_ids) == 1 for c in chunks)
+    decodes, prefills = chunks[:n_single], chunks[n_single:]
+    if any(len(c.token_ids) == 1 for c in prefills):
+        raise ValueError("single-token chunks must come before prefill chunks")
+    for c in chunks:
         if not c.token_ids:
             raise ValueError("a chunk needs at least one token")
         if len(c.block_table) * bs < c.end:
@@ -86,12 +88,14 @@ def build_batch(chunks: Sequence[SeqChunk], kv: KVCache) -> ForwardBatch:
 
     token_ids: list[int] = []
     positions: list[int] = []
-    slots: list[int] = []
+    blocks: list[int] = []
+    offsets: list[int] = []
     logits_rows: list[int] = []
-    for c in ordered:
+    for c in chunks:
         for pos in range(c.start, c.end):
             positions.append(pos)
-            slots.append(c.block_table[pos // bs] * bs + pos % bs)
+            blocks.append(c.block_table[pos // bs])
+            offsets.append(pos % bs)
         token_ids.extend(c.token_ids)
         if c.want_logits:
             logits_rows.append(len(token_ids) - 1)
@@ -105,7 +109,8 @@ def build_batch(chunks: Sequence[SeqChunk], kv: KVCache) -> ForwardBatch:
     return ForwardBatch(
         token_ids=as_long(token_ids),
         positions=as_long(positions),
-        slots=as_long(slots),
+        slot_blocks=as_long(blocks),
+        slot_offsets=as_long(offsets),
         logits_rows=as_long(logits_rows),
         attention=plan,
     )
@@ -127,7 +132,10 @@ def _decode_plan(decodes: Sequence[SeqChunk], kv: KVCache) -> dict[str, torch.Te
     key_pos = torch.arange(nb_max * bs).view(1, -1)
     bias = torch.zeros((len(decodes), nb_max * bs), dtype=kv.spec.dtype)
     bias.masked_fill_(key_pos >= ends, float("-inf"))
-    return {"decode_tile_rows": kv.tile_rows(tables), "decode_bias": bias.view(len(decodes), 1, 1, -1)}
+    return {
+        "decode_tile_rows": kv.tile_rows(tables),
+        "decode_bias": bias.view(len(decodes), 1, 1, -1),
+    }
 
 
 def _prefill_spans(

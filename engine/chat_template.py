@@ -28,7 +28,7 @@ def _raise(message: str) -> None:
 
 
 @lru_cache(maxsize=8)
-def _compile(source: str):  # noqa: ANN202
+def _compile(source: str):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

@@ -77,4 +77,3 @@ def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     """Undo llama.cpp's (head, pair, half) -> (head, half, pair) row interleave."""
     out, d_in = w.shape
     return w.view(n_head, out // n_head // 2, 2, d_in).transpose(1, 2).reshape(out, d_in)
-

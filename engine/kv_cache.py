@@ -76,13 +76,15 @@ class KVCache:
         # (NB*L*2*H_kv, 16*D): one row per [16 x D] tile, see the module docstring.
         self.tiles = self.data.view(s.num_blocks * s.num_layers * 2 * s.num_kv_heads, -1)
 
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Scatter K/V of N new tokens into their slots. k, v: (N, H_kv, D); slots: (N,)."""
-        blocks = slots // self.spec.block_size
-        offsets = slots % self.spec.block_size
-        # Indices separated by slices: the result's leading dim is N -> (N, H_kv, D).
-        self.data[blocks, layer, 0, :, offsets] = k.to(self.spec.dtype)
-        self.data[blocks, layer, 1, :, offsets] = v.to(self.spec.dtype)
+    def write(
+        self, layer: int, blocks: torch.Tensor, offsets: torch.Tensor, kv_new: torch.Tensor
+    ) -> None:
+        """Scatter K and V of N new tokens into their slots.
+
+        kv_new: (N, 2, H_kv, D); token i goes to (blocks[i], offsets[i]) of `layer`.
+        """
+        # Indices separated by slices: the indexed view's leading dim is N -> (N, 2, H_kv, D).
+        self.data[blocks, layer, :, :, offsets] = kv_new
 
     def tile_rows(self, blocks: torch.Tensor) -> torch.Tensor:
         """Row index of tile (block, layer 0, kv, head) for each block.

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention import paged_attention
-from engine.batch import AttentionPlan, ForwardBatch
+from engine.batch import ForwardBatch
 from engine.config import ModelArgs
 from engine.kv_cache import KVCache
 from engine.layers import (
@@ -24,7 +24,7 @@ from engine.layers import (
     TensorParallel,
     VocabHead,
 )
-from engine.rope import apply_rope, rope_table
+from engine.rope import apply_rope, rope_for_positions, rope_table
 
 
 class Attention(nn.Module):
@@ -42,20 +42,18 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # (N, dim)
-        cos: torch.Tensor,  # (N, D/2)
-        sin: torch.Tensor,
-        slots: torch.Tensor,  # (N,)
+        rope: tuple[torch.Tensor, torch.Tensor],  # cos, signed sin: (N, 1, D)
+        batch: ForwardBatch,
         kv: KVCache,
-        plan: AttentionPlan,
     ) -> torch.Tensor:
-        n, d = x.shape[0], self.head_dim
-        q, k, v = self.wqkv(x).split(
-            [self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d], dim=-1
+        n, h_q, h_kv = x.shape[0], self.n_heads, self.n_kv_heads
+        qkv = self.wqkv(x).view(n, h_q + 2 * h_kv, self.head_dim)  # [q heads | k | v]
+        qk = qkv[:, : h_q + h_kv]
+        qk.copy_(apply_rope(qk, *rope))  # rotate in place: K stays next to V for one write
+        kv.write(
+            self.layer, batch.slot_blocks, batch.slot_offsets, qkv[:, h_q:].unflatten(1, (2, h_kv))
         )
-        q = apply_rope(q.view(n, self.n_heads, d), cos, sin)  # (N, H_q, D)
-        k = apply_rope(k.view(n, self.n_kv_heads, d), cos, sin)  # (N, H_kv, D)
-        kv.write(self.layer, slots, k, v.view(n, self.n_kv_heads, d))
-        o = paged_attention(q, kv, self.layer, plan, self.scale)  # (N, H_q, D)
+        o = paged_attention(qkv[:, :h_q], kv, self.layer, batch.attention, self.scale)
         return self.wo(o.view(n, -1))
 
 
@@ -81,13 +79,19 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps, dtype)
         self.feed_forward = FeedForward(args, tp, dtype)
 
-    def forward(self, x, cos, sin, slots, kv, plan) -> torch.Tensor:  # noqa: ANN001
-        x = x + self.attention(self.attention_norm(x), cos, sin, slots, kv, plan)
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+        kv: KVCache,
+    ) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), rope, batch, kv)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
 class Llama(nn.Module):
-    def __init__(self, args: ModelArgs, dtype: torch.dtype = torch.float32, tp=SINGLE):  # noqa: ANN001
+    def __init__(self, args: ModelArgs, dtype: torch.dtype = torch.float32, tp=SINGLE):
         super().__init__()
         if tp.size > 1:
             raise NotImplementedError("vocab-parallel embedding arrives with tensor parallelism")
@@ -107,10 +111,9 @@ class Llama(nn.Module):
     def forward(self, batch: ForwardBatch, kv: KVCache) -> torch.Tensor:
         """-> (len(batch.logits_rows), vocab) fp32 logits."""
         x = self.tok_embeddings.embed(batch.token_ids)  # (N, dim)
-        cos = self.rope_cos.index_select(0, batch.positions)  # (N, D/2)
-        sin = self.rope_sin.index_select(0, batch.positions)
+        rope = rope_for_positions(self.rope_cos, self.rope_sin, batch.positions)
         for layer in self.layers:
-            x = layer(x, cos, sin, batch.slots, kv, batch.attention)
+            x = layer(x, rope, batch, kv)
         x = self.norm(x.index_select(0, batch.logits_rows))  # (S, dim)
         head = self.output or self.tok_embeddings
         return head.logits(x)

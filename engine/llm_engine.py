@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,7 +34,7 @@ class EngineConfig:
     kv_cache_gb: float = 1.0
     """Memory for the paged KV cache."""
     block_size: int = 16
-    scheduler: SchedulerConfig = SchedulerConfig()
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
 @dataclass(frozen=True)
@@ -122,19 +122,20 @@ class LLMEngine:
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> list[Sample]:
-        chunks = [
-            SeqChunk(c.seq.tokens(c.start, c.end), c.start, c.seq.block_table, c.samples)
-            for c in plan.chunks
-        ]
-        # build_batch puts single-token chunks first; sampled rows keep that order.
-        batch = build_batch(chunks, self.kv)
+        """Run the step's forward and sample; samples come back in `plan.sampled` order."""
+        ordered = sorted(plan.chunks, key=lambda c: c.end - c.start > 1)  # decodes first
+        batch = build_batch(
+            [
+                SeqChunk(c.seq.tokens(c.start, c.end), c.start, c.seq.block_table, c.samples)
+                for c in ordered
+            ],
+            self.kv,
+        )
         logits = self.model(batch, self.kv)
-        ordered = [c for c in plan.chunks if c.end - c.start == 1] + [
-            c for c in plan.chunks if c.end - c.start > 1
-        ]
         sampled = [c.seq for c in ordered if c.samples]
-        by_seq = dict(zip(map(id, sampled), sample(logits, [s.sampler for s in sampled]), strict=True))
-        return [by_seq[id(s)] for s in plan.sampled]
+        samples = sample(logits, [s.sampler for s in sampled])
+        by_request = {s.request_id: x for s, x in zip(sampled, samples, strict=True)}
+        return [by_request[s.request_id] for s in plan.sampled]
 
     def stream(self, request_id: str) -> Iterator[RequestOutput]:
         """Step until `request_id` finishes, yielding its outputs (others advance too)."""

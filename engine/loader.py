@@ -82,7 +82,7 @@ def _convert_into_cache(
     cache.store(key, write)
 
 
-def _counted(tensors, report: Progress):  # noqa: ANN001, ANN202
+def _counted(tensors, report: Progress):
     for i, item in enumerate(tensors):
         report("converting weights", i + 1, 0)
         yield item

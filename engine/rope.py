@@ -1,8 +1,12 @@
 """Rotary position embeddings, llama style (rotate-half), with linear and llama3 scaling.
 
 Each head's dimension is split into two halves (x1, x2); position p rotates pair
-(x1[i], x2[i]) by angle p * inv_freq[i]. The table of cos/sin is computed once for the
-whole context window and indexed by position, so mixed batches need no special case.
+(x1[i], x2[i]) by angle p * inv_freq[i]:
+
+    x1' = x1 cos - x2 sin,   x2' = x2 cos + x1 sin
+
+The cos/sin table is computed once for the whole context window and indexed by position,
+so mixed batches need no special case.
 """
 
 from __future__ import annotations
@@ -45,9 +49,20 @@ def rope_table(args: ModelArgs, dtype: torch.dtype) -> tuple[torch.Tensor, torch
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (N, heads, head_dim); cos/sin: (N, head_dim/2) already gathered by position."""
+def rope_for_positions(
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full-width (N, 1, D) cos and signed sin for a step, built once and used by every layer.
+
+    With sin_signed = [-sin, sin], rotating halves is x * cos + swap_halves(x) * sin_signed.
+    """
+    c = cos.index_select(0, positions)
+    s = sin.index_select(0, positions)
+    return torch.cat((c, c), -1).unsqueeze(1), torch.cat((-s, s), -1).unsqueeze(1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x: (N, heads, D); cos, sin_signed: (N, 1, D) from `rope_for_positions`."""
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    c, s = cos.unsqueeze(1), sin.unsqueeze(1)  # (N, 1, half)
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, swapped, sin_signed)

@@ -106,5 +106,7 @@ def _with_logprobs(row: torch.Tensor, token: int, n: int | None) -> Sample:
         return Sample(token)
     logp = torch.log_softmax(row.float(), dim=-1)
     top = torch.topk(logp, n) if n else None
-    pairs = () if top is None else tuple(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    pairs = (
+        () if top is None else tuple(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    )
     return Sample(token, float(logp[token]), pairs)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from engine.block_pool import BlockPool
 from engine.sampler import Sample
-from engine.sequence import Sequence, SeqStatus
+from engine.sequence import SeqStatus, Sequence
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ class Scheduler:
     pool: BlockPool
     waiting: deque[Sequence] = field(default_factory=deque)
     running: list[Sequence] = field(default_factory=list)
+    num_preemptions: int = 0
+    """Preemptions since start (a counter for metrics and tests)."""
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -158,6 +160,7 @@ class Scheduler:
         seq.block_table = []
         seq.num_computed = 0
         seq.num_preemptions += 1
+        self.num_preemptions += 1
         seq.status = SeqStatus.PREEMPTED
         self.waiting.appendleft(seq)
 

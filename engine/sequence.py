@@ -87,10 +87,17 @@ class Sequence:
         text, hit = self._stops.push(self.detokenizer.push(s.token_id))
         if hit:
             self.status = SeqStatus.FINISHED_STOPPED
-        elif len(self.output_ids) >= self.params.max_tokens or self.num_tokens >= self.max_model_len:
+        elif (
+            len(self.output_ids) >= self.params.max_tokens or self.num_tokens >= self.max_model_len
+        ):
             self.status = SeqStatus.FINISHED_LENGTH
             text += self._drain()
         return text
+
+    def _at_length_limit(self) -> bool:
+        return (
+            len(self.output_ids) >= self.params.max_tokens or self.num_tokens >= self.max_model_len
+        )
 
     def _drain(self) -> str:
         """At the end: bytes still held by the detokeniser, then text held for stops."""
@@ -99,6 +106,7 @@ class Sequence:
             self.status = SeqStatus.FINISHED_STOPPED
             return tail
         return tail + self._stops.flush()
+
 
 def stop_ids_for(params: SamplingParams, eos_ids: Seq[int]) -> frozenset[int]:
     eos = () if params.ignore_eos else tuple(eos_ids)

@@ -71,9 +71,7 @@ class Tokenizer:
         tokens: list[str] = meta["tokenizer.ggml.tokens"]
         types: list[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
         merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
-        hf = HFTokenizer(
-            models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
-        )
+        hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         if meta.get("tokenizer.ggml.pre") in _DIGIT_SPLITTING_PRE:
             hf.pre_tokenizer = pre_tokenizers.Sequence(

@@ -53,7 +53,7 @@ class WeightCache:
     def read_json(self, key: str, name: str) -> dict:
         return json.loads((self.entry(key) / name).read_text())
 
-    def store(self, key: str, write) -> Path:  # noqa: ANN001  (write: Callable[[Path], None])
+    def store(self, key: str, write) -> Path:
         """`write(tmpdir)` fills a fresh directory; it becomes the entry atomically."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))

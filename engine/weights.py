@@ -1,12 +1,12 @@
 """Hugging Face weight names -> pdserve's fused, transposed module state.
 
-    HF (out, in)                                  pdserve (in, out)
-    self_attn.{q,k,v}_proj.weight           ->    attention.wqkv.weight   [q | k | v]
-    self_attn.o_proj.weight                 ->    attention.wo.weight
-    mlp.{gate,up}_proj.weight               ->    feed_forward.w13.weight [gate | up]
-    mlp.down_proj.weight                    ->    feed_forward.w2.weight
-    model.embed_tokens.weight (vocab, dim)  ->    tok_embeddings.weight   (dim, vocab)
-    lm_head.weight                          ->    output.weight (untied models only)
+HF (out, in)                                  pdserve (in, out)
+self_attn.{q,k,v}_proj.weight           ->    attention.wqkv.weight   [q | k | v]
+self_attn.o_proj.weight                 ->    attention.wo.weight
+mlp.{gate,up}_proj.weight               ->    feed_forward.w13.weight [gate | up]
+mlp.down_proj.weight                    ->    feed_forward.w2.weight
+model.embed_tokens.weight (vocab, dim)  ->    tok_embeddings.weight   (dim, vocab)
+lm_head.weight                          ->    output.weight (untied models only)
 """
 
 from __future__ import annotations

@@ -1,0 +1,71 @@
+"""Shared fixtures: the default model loaded once, its transformers twin, tiny models,
+and engines whose block pools are checked for leaks when each test ends."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.loader import LoadedModel, load_model
+from engine.llm_engine import EngineConfig, LLMEngine
+from engine.scheduler import SchedulerConfig
+from tests.factories import TinyModel, make_tiny_model
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Converted weights for the whole session; PDSERVE_CACHE_DIR reuses a warm one."""
+    env = os.environ.get("PDSERVE_CACHE_DIR")
+    return Path(env) if env else tmp_path_factory.mktemp("pdserve-cache")
+
+
+@pytest.fixture(scope="session")
+def smol(cache_dir: Path) -> LoadedModel:
+    return load_model("smollm2-135m", cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def smol_reference(smol: LoadedModel) -> torch.nn.Module:
+    """transformers' own GGUF loader and Llama: the reference we must match."""
+    from transformers import AutoModelForCausalLM
+
+    path = smol.source.path
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_factory(smol: LoadedModel) -> Callable[..., TinyModel]:
+    return lambda **kw: make_tiny_model(smol.tokenizer, **kw)
+
+
+@pytest.fixture
+def make_engine() -> Iterator[Callable[..., LLMEngine]]:
+    """Builds engines; at teardown every one must hold no block and no request."""
+    engines: list[LLMEngine] = []
+
+    def build(
+        loaded: LoadedModel, kv_cache_gb: float = 0.05, **scheduler: int
+    ) -> LLMEngine:
+        config = EngineConfig(kv_cache_gb=kv_cache_gb, scheduler=SchedulerConfig(**scheduler))
+        engine = LLMEngine(loaded, config)
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        assert_no_leaks(engine)
+
+
+def assert_no_leaks(engine: LLMEngine) -> None:
+    engine.pool.check_invariants()
+    assert not engine.has_unfinished(), "requests left in the scheduler"
+    assert engine.pool.num_in_use == 0, f"{engine.pool.num_in_use} KV blocks still in use"
