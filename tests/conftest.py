@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.loader import LoadedModel, load_model
 from engine.llm_engine import EngineConfig, LLMEngine
+from engine.loader import LoadedModel, load_model
 from engine.scheduler import SchedulerConfig
 from tests.factories import TinyModel, make_tiny_model
 
@@ -52,9 +52,7 @@ def make_engine() -> Iterator[Callable[..., LLMEngine]]:
     """Builds engines; at teardown every one must hold no block and no request."""
     engines: list[LLMEngine] = []
 
-    def build(
-        loaded: LoadedModel, kv_cache_gb: float = 0.05, **scheduler: int
-    ) -> LLMEngine:
+    def build(loaded: LoadedModel, kv_cache_gb: float = 0.05, **scheduler: int) -> LLMEngine:
         config = EngineConfig(kv_cache_gb=kv_cache_gb, scheduler=SchedulerConfig(**scheduler))
         engine = LLMEngine(loaded, config)
         engines.append(engine)

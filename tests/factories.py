@@ -73,7 +73,9 @@ def make_tiny_model(
         convert_hf_state(reference.state_dict().items(), args, torch.float32), assign=True
     )
     source = ModelSource("tiny", Path("/nonexistent"), "hf")
-    return TinyModel(LoadedModel(source, args, model.eval(), tokenizer, False), reference, hf_config)
+    return TinyModel(
+        LoadedModel(source, args, model.eval(), tokenizer, False), reference, hf_config
+    )
 
 
 def random_prompt(n: int, vocab: int, seed: int) -> list[int]:

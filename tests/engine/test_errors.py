@@ -22,7 +22,9 @@ def test_exactly_at_the_window_is_allowed_and_stops_at_it(tiny_factory, make_eng
     tiny = tiny_factory(max_len=64)
     engine = make_engine(tiny.loaded)
     prompt = [7] * 60
-    [result] = engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    [result] = engine.generate(
+        [prompt], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    )
     assert len(result.token_ids) == 4 and result.finish_reason == "length"
     with pytest.raises(ContextLengthExceeded):
         engine.add_request(prompt, SamplingParams(max_tokens=5))

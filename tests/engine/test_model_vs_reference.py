@@ -34,7 +34,12 @@ def test_smollm2_greedy_tokens_identical_for_64_steps(smol, smol_reference):
 
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "rope"),
-    [(4, 4, None), (6, 2, None), (6, 2, LLAMA3_ROPE), (4, 4, {"rope_type": "linear", "factor": 2.0})],
+    [
+        (4, 4, None),
+        (6, 2, None),
+        (6, 2, LLAMA3_ROPE),
+        (4, 4, {"rope_type": "linear", "factor": 2.0}),
+    ],
     ids=["gqa1", "gqa3", "gqa3-llama3-rope", "gqa1-linear-rope"],
 )
 def test_tiny_llama_matches_transformers(tiny_factory, heads, kv_heads, rope):

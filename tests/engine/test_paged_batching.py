@@ -11,7 +11,7 @@ from tests.factories import paged_greedy, random_prompt
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 
 
-def alone(model, prompt, steps):  # noqa: ANN001, ANN201
+def alone(model, prompt, steps):
     tokens, _, _ = paged_greedy(model, prompt, steps)
     return tokens
 
@@ -43,7 +43,9 @@ def test_lengths_across_block_boundaries(smol, smol_reference, make_engine, leng
 
     prompt = random_prompt(length, smol.args.vocab_size, seed=length)
     engine = make_engine(smol)
-    [result] = engine.generate([prompt], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
+    [result] = engine.generate(
+        [prompt], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    )
     ref, _ = reference_greedy(smol_reference, prompt, 20)
     assert result.token_ids == ref
 
