@@ -50,6 +50,21 @@ class PrefillSpan:
 
 
 @dataclass(frozen=True)
+class KernelPlan:
+    """The same step described the way the Triton kernels read it (int32 tensors)."""
+
+    decode_block_tables: torch.Tensor  # (B, nb_max), padded with block 0
+    decode_context_lens: torch.Tensor  # (B,) tokens each decode row attends to
+    prefill_block_tables: torch.Tensor  # (S, nb_max)
+    prefill_q_starts: torch.Tensor  # (S,) first row of each chunk, counted from row B
+    prefill_q_lens: torch.Tensor  # (S,)
+    prefill_starts: torch.Tensor  # (S,) tokens cached before each chunk
+
+    def to(self, device: torch.device | str) -> KernelPlan:
+        return KernelPlan(*(t.to(device) for t in self.__dict__.values()))
+
+
+@dataclass(frozen=True)
 class AttentionPlan:
     num_decode: int
     decode_tile_rows: torch.Tensor
@@ -57,6 +72,7 @@ class AttentionPlan:
     decode_bias: torch.Tensor
     """(B, 1, 1, nb_max*16) additive mask: 0 for real keys, -inf past each context."""
     prefills: tuple[PrefillSpan, ...]
+    kernel: KernelPlan
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,7 @@ def build_batch(chunks: Sequence[SeqChunk], kv: KVCache) -> ForwardBatch:
     plan = AttentionPlan(
         num_decode=len(decodes),
         prefills=_prefill_spans(prefills, len(decodes), kv),
+        kernel=_kernel_plan(decodes, prefills, bs),
         **_decode_plan(decodes, kv),
     )
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
@@ -158,3 +175,25 @@ def _prefill_spans(
         )
         row_start += len(c.token_ids)
     return tuple(spans)
+
+
+def _padded_tables(chunks: Sequence[SeqChunk], bs: int) -> torch.Tensor:
+    nb_max = max((-(-c.end // bs) for c in chunks), default=0)
+    tables = torch.zeros((len(chunks), nb_max), dtype=torch.int32)
+    for i, c in enumerate(chunks):
+        nb = -(-c.end // bs)
+        tables[i, :nb] = torch.tensor(c.block_table[:nb], dtype=torch.int32)
+    return tables
+
+
+def _kernel_plan(decodes: Sequence[SeqChunk], prefills: Sequence[SeqChunk], bs: int) -> KernelPlan:
+    as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
+    q_lens = [len(c.token_ids) for c in prefills]
+    return KernelPlan(
+        decode_block_tables=_padded_tables(decodes, bs),
+        decode_context_lens=as_i32([c.end for c in decodes]),
+        prefill_block_tables=_padded_tables(prefills, bs),
+        prefill_q_starts=as_i32([sum(q_lens[:i]) for i in range(len(q_lens))]),
+        prefill_q_lens=as_i32(q_lens),
+        prefill_starts=as_i32([c.start for c in prefills]),
+    )

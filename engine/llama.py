@@ -8,11 +8,12 @@ final norm and LM head.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import paged_attention
 from engine.batch import ForwardBatch
 from engine.config import ModelArgs
 from engine.kv_cache import KVCache
@@ -24,7 +25,8 @@ from engine.layers import (
     TensorParallel,
     VocabHead,
 )
-from engine.rope import apply_rope, rope_for_positions, rope_table
+from engine.ops import Backend, Ops, make_ops
+from engine.rope import rope_table
 
 
 class Attention(nn.Module):
@@ -39,22 +41,14 @@ class Attention(nn.Module):
         self.wqkv = ColumnParallelLinear(args.dim, qkv_out, tp, dtype)  # [q | k | v]
         self.wo = RowParallelLinear(args.n_heads * args.head_dim, args.dim, tp, dtype)
 
-    def forward(
-        self,
-        x: torch.Tensor,  # (N, dim)
-        rope: tuple[torch.Tensor, torch.Tensor],  # cos, signed sin: (N, 1, D)
-        batch: ForwardBatch,
-        kv: KVCache,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
         n, h_q, h_kv = x.shape[0], self.n_heads, self.n_kv_heads
         qkv = self.wqkv(x).view(n, h_q + 2 * h_kv, self.head_dim)  # [q heads | k | v]
-        qk = qkv[:, : h_q + h_kv]
-        qk.copy_(apply_rope(qk, *rope))  # rotate in place: K stays next to V for one write
-        kv.write(
-            self.layer, batch.slot_blocks, batch.slot_offsets, qkv[:, h_q:].unflatten(1, (2, h_kv))
-        )
-        o = paged_attention(qkv[:, :h_q], kv, self.layer, batch.attention, self.scale)
-        return self.wo(o.view(n, -1))
+        step.ops.rope_(qkv[:, : h_q + h_kv], step.rope)  # in place: K stays next to V
+        k_and_v = qkv[:, h_q:].unflatten(1, (2, h_kv))  # (N, 2, H_kv, D)
+        step.ops.write_kv(step.kv, self.layer, step.batch, k_and_v)
+        o = step.ops.attention(qkv[:, :h_q], step.kv, self.layer, step.batch, self.scale)
+        return self.wo(o.reshape(n, -1))
 
 
 class FeedForward(nn.Module):
@@ -71,49 +65,78 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(gate).mul_(up))
 
 
+@dataclass(frozen=True)
+class Step:
+    """What every layer needs from the step besides its input."""
+
+    batch: ForwardBatch
+    kv: KVCache
+    ops: Ops
+    rope: object
+
+
 class TransformerBlock(nn.Module):
+    """Residual stream kept apart: each block returns its output and the running sum, so
+    the add and the next norm fuse into one op."""
+
     def __init__(self, args: ModelArgs, layer: int, tp: TensorParallel, dtype: torch.dtype):
         super().__init__()
-        self.attention_norm = RMSNorm(args.dim, args.norm_eps, dtype)
+        self.eps = args.norm_eps
+        self.attention_norm = RMSNorm(args.dim, dtype)
         self.attention = Attention(args, layer, tp, dtype)
-        self.ffn_norm = RMSNorm(args.dim, args.norm_eps, dtype)
+        self.ffn_norm = RMSNorm(args.dim, dtype)
         self.feed_forward = FeedForward(args, tp, dtype)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        batch: ForwardBatch,
-        kv: KVCache,
-    ) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), rope, batch, kv)
-        return x + self.feed_forward(self.ffn_norm(x))
+        self, x: torch.Tensor, residual: torch.Tensor | None, step: Step
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h, residual = step.ops.add_rmsnorm(x, residual, self.attention_norm.weight, self.eps)
+        h, residual = step.ops.add_rmsnorm(
+            self.attention(h, step), residual, self.ffn_norm.weight, self.eps
+        )
+        return self.feed_forward(h), residual
 
 
 class Llama(nn.Module):
-    def __init__(self, args: ModelArgs, dtype: torch.dtype = torch.float32, tp=SINGLE):
+    def __init__(
+        self,
+        args: ModelArgs,
+        dtype: torch.dtype = torch.float32,
+        tp: TensorParallel = SINGLE,
+        backend: Backend = "auto",
+    ) -> None:
         super().__init__()
         if tp.size > 1:
             raise NotImplementedError("vocab-parallel embedding arrives with tensor parallelism")
         self.args = args
         self.dtype = dtype
+        self.ops = make_ops(backend)
         self.tok_embeddings = VocabHead(args.dim, args.vocab_size, dtype)
         self.layers = nn.ModuleList(
             TransformerBlock(args, i, tp, dtype) for i in range(args.n_layers)
         )
-        self.norm = RMSNorm(args.dim, args.norm_eps, dtype)
+        self.norm = RMSNorm(args.dim, dtype)
         self.output = None if args.tie_embeddings else VocabHead(args.dim, args.vocab_size, dtype)
         cos, sin = rope_table(args, dtype)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
+    def use_backend(self, backend: Backend) -> None:
+        self.ops = make_ops(backend, self.rope_cos.device)
+
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache) -> torch.Tensor:
         """-> (len(batch.logits_rows), vocab) fp32 logits."""
+        step = Step(batch, kv, self.ops, self.ops.prepare_rope(self.rope_cos, self.rope_sin, batch))
         x = self.tok_embeddings.embed(batch.token_ids)  # (N, dim)
-        rope = rope_for_positions(self.rope_cos, self.rope_sin, batch.positions)
+        residual = None
         for layer in self.layers:
-            x = layer(x, rope, batch, kv)
-        x = self.norm(x.index_select(0, batch.logits_rows))  # (S, dim)
+            x, residual = layer(x, residual, step)
+        rows = batch.logits_rows
+        assert residual is not None
+        x, _ = self.ops.add_rmsnorm(
+            x.index_select(0, rows), residual.index_select(0, rows), self.norm.weight,
+            self.args.norm_eps,
+        )  # fmt: skip
         head = self.output or self.tok_embeddings
         return head.logits(x)

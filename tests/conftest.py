@@ -4,11 +4,17 @@ and engines whose block pools are checked for leaks when each test ends."""
 from __future__ import annotations
 
 import os
+
+import torch
+
+# Without a GPU, Triton kernels run in its interpreter on CPU tensors. This must be set
+# before any kernel module is imported (triton.jit reads it when decorating).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.loader import LoadedModel, load_model
