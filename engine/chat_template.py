@@ -7,6 +7,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from jinja2 import Template
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -28,7 +29,7 @@ def _raise(message: str) -> None:
 
 
 @lru_cache(maxsize=8)
-def _compile(source: str):
+def _compile(source: str) -> Template:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 
 class IncrementalDetokenizer:
-    def __init__(self, token_bytes: Sequence[bytes], skip_ids: frozenset[int] = frozenset()):
+    def __init__(
+        self, token_bytes: Sequence[bytes], skip_ids: frozenset[int] = frozenset()
+    ) -> None:
         self._token_bytes = token_bytes
         self._skip = skip_ids
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -30,7 +30,7 @@ from engine.rope import rope_table
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, layer: int, tp: TensorParallel, dtype: torch.dtype):
+    def __init__(self, args: ModelArgs, layer: int, tp: TensorParallel, dtype: torch.dtype) -> None:
         super().__init__()
         self.layer = layer
         self.n_heads = tp.split(args.n_heads, "n_heads")
@@ -54,7 +54,7 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(x w1) * (x w3)), with w1|w3 fused into one matmul."""
 
-    def __init__(self, args: ModelArgs, tp: TensorParallel, dtype: torch.dtype):
+    def __init__(self, args: ModelArgs, tp: TensorParallel, dtype: torch.dtype) -> None:
         super().__init__()
         self.hidden = tp.split(args.ffn_dim, "ffn_dim")
         self.w13 = ColumnParallelLinear(args.dim, 2 * args.ffn_dim, tp, dtype)  # [gate | up]
@@ -72,14 +72,14 @@ class Step:
     batch: ForwardBatch
     kv: KVCache
     ops: Ops
-    rope: object
+    rope: tuple[torch.Tensor, ...]
 
 
 class TransformerBlock(nn.Module):
     """Residual stream kept apart: each block returns its output and the running sum, so
     the add and the next norm fuse into one op."""
 
-    def __init__(self, args: ModelArgs, layer: int, tp: TensorParallel, dtype: torch.dtype):
+    def __init__(self, args: ModelArgs, layer: int, tp: TensorParallel, dtype: torch.dtype) -> None:
         super().__init__()
         self.eps = args.norm_eps
         self.attention_norm = RMSNorm(args.dim, dtype)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from engine.tokenizer import Tokenizer
 from engine.weight_cache import WeightCache, cache_key, default_cache_dir, save_state
 from engine.weights import convert_hf_state
 
+NamedTensor = tuple[str, torch.Tensor]
 Progress = Callable[[str, int, int], None]
 """(stage, done, total): called while loading so a front end can draw progress."""
 
@@ -82,7 +83,7 @@ def _convert_into_cache(
     cache.store(key, write)
 
 
-def _counted(tensors, report: Progress):
+def _counted(tensors: Iterator[NamedTensor], report: Progress) -> Iterator[NamedTensor]:
     for i, item in enumerate(tensors):
         report("converting weights", i + 1, 0)
         yield item

@@ -22,45 +22,53 @@ from engine.rope import apply_rope, rope_for_positions
 Backend = Literal["auto", "torch", "triton"]
 
 
+Tensor = torch.Tensor
+
+
 class Ops(Protocol):
     def add_rmsnorm(
-        self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, x: Tensor, residual: Tensor | None, weight: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor]:
         """-> (rmsnorm(residual + x) * weight, residual + x); residual None means x alone."""
         ...
 
-    def prepare_rope(self, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch) -> object:
+    def prepare_rope(self, cos: Tensor, sin: Tensor, batch: ForwardBatch) -> tuple[Tensor, ...]:
         """Per-step RoPE inputs, built once and passed to every layer's `rope_`."""
         ...
 
-    def rope_(self, x: torch.Tensor, prepared: object) -> None:
+    def rope_(self, x: Tensor, prepared: tuple[Tensor, ...]) -> None:
         """Rotate x: (N, heads, D) in place."""
         ...
 
-    def write_kv(self, kv: KVCache, layer: int, batch: ForwardBatch, kv_new: torch.Tensor) -> None:
+    def write_kv(self, kv: KVCache, layer: int, batch: ForwardBatch, kv_new: Tensor) -> None:
         """kv_new: (N, 2, H_kv, D), K and V of this step's tokens."""
         ...
 
     def attention(
-        self, q: torch.Tensor, kv: KVCache, layer: int, batch: ForwardBatch, scale: float
-    ) -> torch.Tensor: ...
+        self, q: Tensor, kv: KVCache, layer: int, batch: ForwardBatch, scale: float
+    ) -> Tensor: ...
 
 
 class TorchOps:
-    def add_rmsnorm(self, x, residual, weight, eps):
+    def add_rmsnorm(
+        self, x: Tensor, residual: Tensor | None, weight: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor]:
         residual = x if residual is None else residual + x
         return F.rms_norm(residual, weight.shape, weight, eps), residual
 
-    def prepare_rope(self, cos, sin, batch):
+    def prepare_rope(self, cos: Tensor, sin: Tensor, batch: ForwardBatch) -> tuple[Tensor, ...]:
         return rope_for_positions(cos, sin, batch.positions)
 
-    def rope_(self, x, prepared):
-        x.copy_(apply_rope(x, *prepared))
+    def rope_(self, x: Tensor, prepared: tuple[Tensor, ...]) -> None:
+        cos, sin_signed = prepared
+        x.copy_(apply_rope(x, cos, sin_signed))
 
-    def write_kv(self, kv, layer, batch, kv_new):
+    def write_kv(self, kv: KVCache, layer: int, batch: ForwardBatch, kv_new: Tensor) -> None:
         kv.write(layer, batch.slot_blocks, batch.slot_offsets, kv_new)
 
-    def attention(self, q, kv, layer, batch, scale):
+    def attention(
+        self, q: Tensor, kv: KVCache, layer: int, batch: ForwardBatch, scale: float
+    ) -> Tensor:
         return paged_attention(q, kv, layer, batch.attention, scale)
 
 
@@ -74,7 +82,9 @@ class TritonOps:
             raise RuntimeError("the triton backend needs the triton package")
         self.decode_splits = decode_splits
 
-    def add_rmsnorm(self, x, residual, weight, eps):
+    def add_rmsnorm(
+        self, x: Tensor, residual: Tensor | None, weight: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor]:
         from kernels.rmsnorm import add_rmsnorm
 
         if residual is None:
@@ -82,22 +92,24 @@ class TritonOps:
             return add_rmsnorm(None, residual, weight, eps), residual
         return add_rmsnorm(x.contiguous(), residual, weight, eps), residual
 
-    def prepare_rope(self, cos, sin, batch):
+    def prepare_rope(self, cos: Tensor, sin: Tensor, batch: ForwardBatch) -> tuple[Tensor, ...]:
         return cos, sin, batch.positions
 
-    def rope_(self, x, prepared):
+    def rope_(self, x: Tensor, prepared: tuple[Tensor, ...]) -> None:
         from kernels.rope import rope_
 
         cos, sin, positions = prepared
         rope_(x, positions, cos, sin)
 
-    def write_kv(self, kv, layer, batch, kv_new):
+    def write_kv(self, kv: KVCache, layer: int, batch: ForwardBatch, kv_new: Tensor) -> None:
         from kernels.kv_write import kv_write
 
         k, v = kv_new.unbind(1)
         kv_write(kv.data[:, layer], k, v, batch.slot_blocks, batch.slot_offsets)
 
-    def attention(self, q, kv, layer, batch, scale):
+    def attention(
+        self, q: Tensor, kv: KVCache, layer: int, batch: ForwardBatch, scale: float
+    ) -> Tensor:
         from kernels.paged_decode_attention import paged_decode_attention
         from kernels.prefill_attention import prefill_paged_attention
 

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -53,7 +54,7 @@ class WeightCache:
     def read_json(self, key: str, name: str) -> dict:
         return json.loads((self.entry(key) / name).read_text())
 
-    def store(self, key: str, write) -> Path:
+    def store(self, key: str, write: Callable[[Path], None]) -> Path:
         """`write(tmpdir)` fills a fresh directory; it becomes the entry atomically."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))

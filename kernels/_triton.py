@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 try:
     import triton
@@ -13,11 +14,11 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
     HAVE_TRITON = False
 
     class _Missing:
-        def __getattr__(self, name: str):
+        def __getattr__(self, name: str) -> object:
             raise ImportError("triton is not installed")
 
         @staticmethod
-        def jit(fn):
+        def jit(fn: Callable[..., None]) -> Callable[..., None]:
             return fn
 
     triton = _Missing()  # type: ignore[assignment]

@@ -53,7 +53,16 @@ def _check(cache: torch.Tensor, buf: torch.Tensor, head0: int, n_heads: int) -> 
     assert cache.dtype == buf.dtype and cache.stride(-1) == 1 and buf.stride(-1) == 1
 
 
-def _launch(src, dst, src_ids, dst_ids, src_head0, dst_head0, n_heads, n_blocks):
+def _launch(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    src_ids: torch.Tensor | None,
+    dst_ids: torch.Tensor | None,
+    src_head0: int,
+    dst_head0: int,
+    n_heads: int,
+    n_blocks: int,
+) -> None:
     if n_blocks == 0:
         return
     layers, d = src.shape[1], src.shape[5]

@@ -73,3 +73,13 @@ def assert_no_leaks(engine: LLMEngine) -> None:
     engine.pool.check_invariants()
     assert not engine.has_unfinished(), "requests left in the scheduler"
     assert engine.pool.num_in_use == 0, f"{engine.pool.num_in_use} KV blocks still in use"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` need CUDA: skipped (and reported as skipped) on CPU."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device; its CPU twin runs interpreted")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
