@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test lint format bench clean
+.PHONY: install serve test lint format bench proto clean
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ format: install
 
 bench: install
 	$(BIN)/pdserve bench engine
+
+# Regenerate the gRPC/protobuf stubs after editing proto/v1/pdserve.proto.
+proto: install
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. \
+		proto/v1/pdserve.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cluster import cmd_bench, cmd_generate
+from cluster import cmd_bench, cmd_generate, cmd_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmd_generate.add_parser(sub)
     cmd_bench.add_parser(sub)
+    cmd_workers.add_parsers(sub)
     return parser
 
 

@@ -139,6 +139,14 @@ class BlockPool:
 
     # -- self-check ------------------------------------------------------------------
 
+    def invariant_error(self) -> str:
+        """'' when the invariants hold, else what is broken (for reports over the wire)."""
+        try:
+            self.check_invariants()
+        except AssertionError as e:
+            return str(e)
+        return ""
+
     def check_invariants(self) -> None:
         """free + cached + in use == total, and each block's state agrees with its lists."""
         free, cached = set(self._free), set(self._cached)
@@ -162,5 +170,9 @@ class BlockPool:
 
 
 def chain_hash(parent: int | None, token_ids: Sequence[int]) -> int:
-    """Hash of a full block given its parent block's hash: the whole prefix is covered."""
-    return hash((parent, tuple(token_ids)))
+    """Hash of a full block given its parent block's hash: the whole prefix is covered.
+
+    Unsigned 64-bit, and the same in every process (tuples of ints hash without the
+    per-process salt that str and bytes get), so a router can compute it too.
+    """
+    return hash((parent, tuple(token_ids))) & 0xFFFF_FFFF_FFFF_FFFF

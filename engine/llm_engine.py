@@ -25,8 +25,8 @@ from engine.loader import LoadedModel
 from engine.sampler import Sample, SamplerState, sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerConfig, StepPlan
+from engine.sequence import SeqStatus, stop_ids_for
 from engine.sequence import Sequence as Seq
-from engine.sequence import stop_ids_for
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,10 @@ class RequestOutput:
     samples: tuple[Sample, ...]
     """Tokens sampled for this request in this step (0 or 1 today)."""
     finish_reason: str | None
+    handed_off: tuple[int, ...] | None = None
+    """Prefill-only requests: the blocks now held for a decode worker."""
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,21 +91,68 @@ class LLMEngine:
             raise ContextLengthExceeded(len(prompt_ids), params.max_tokens, self.max_model_len)
 
     def add_request(
-        self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        hand_off: bool = False,
     ) -> str:
+        """Queue a request. hand_off: prefill only; after the first token the blocks are
+        held (see `release_handed_off`) for a decode worker to pull."""
         self.validate(prompt_ids, params)
-        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
-        seq = Seq(
-            request_id=rid,
+        seq = self._new_sequence(prompt_ids, params, request_id)
+        seq.hand_off = hand_off
+        self.scheduler.add(seq)
+        return seq.request_id
+
+    def add_prefilled(
+        self, prompt_ids: Sequence[int], params: SamplingParams, first: Sample, request_id: str
+    ) -> list[int] | None:
+        """A request prefilled elsewhere: reserve blocks for its prompt's KV and replay its
+        first token. -> the blocks to pull the KV into, or None if they do not fit now."""
+        self.validate(prompt_ids, params)
+        seq = self._new_sequence(prompt_ids, params, request_id, output_ids=[first.token_id])
+        blocks = self.scheduler.reserve_remote_kv(seq, len(prompt_ids))
+        if blocks is not None:
+            seq.replay(first)
+        return blocks
+
+    def add_continuation(
+        self, prompt_ids: Sequence[int], params: SamplingParams, first: Sample, request_id: str
+    ) -> None:
+        """A request whose first token was sampled elsewhere but whose KV is not available:
+        queue it to recompute prompt and first token here, then go on decoding."""
+        self.validate(prompt_ids, params)
+        seq = self._new_sequence(prompt_ids, params, request_id, output_ids=[first.token_id])
+        seq.replay(first)
+        self.scheduler.add(seq)
+
+    def kv_arrived(self, request_id: str) -> None:
+        seq = self.scheduler.waiting_for_kv[request_id]
+        self.scheduler.kv_arrived(request_id, len(seq.prompt_ids))
+
+    def kv_failed(self, request_id: str) -> None:
+        self.scheduler.kv_failed(request_id)
+
+    def release_handed_off(self, request_id: str) -> bool:
+        return self.scheduler.release_handed_off(request_id)
+
+    def _new_sequence(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        request_id: str | None,
+        output_ids: Sequence[int] = (),
+    ) -> Seq:
+        return Seq(
+            request_id=request_id if request_id is not None else f"req-{next(self._ids)}",
             prompt_ids=list(prompt_ids),
             params=params,
-            sampler=SamplerState.create(params, prompt_ids),
+            sampler=SamplerState.create(params, prompt_ids, output_ids),
             detokenizer=self.tokenizer.detokenizer(),
             stop_ids=stop_ids_for(params, self.tokenizer.info.eos_ids),
             max_model_len=self.max_model_len,
         )
-        self.scheduler.add(seq)
-        return rid
 
     def abort(self, request_id: str) -> bool:
         return self.scheduler.abort(request_id) is not None
@@ -116,7 +167,15 @@ class LLMEngine:
         samples = self.execute(plan)
         texts = self.scheduler.update(plan, samples)
         return [
-            RequestOutput(seq.request_id, texts[seq.request_id], (s,), seq.status.finish_reason)
+            RequestOutput(
+                seq.request_id,
+                texts[seq.request_id],
+                (s,),
+                seq.status.finish_reason,
+                handed_off=tuple(seq.block_table) if seq.status == SeqStatus.HANDED_OFF else None,
+                prompt_tokens=len(seq.prompt_ids),
+                cached_prompt_tokens=seq.num_cached_prompt,
+            )
             for seq, s in zip(plan.sampled, samples, strict=True)
         ]
 

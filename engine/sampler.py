@@ -1,7 +1,10 @@
 """Turn a step's logits into next tokens, one row per sequence.
 
 Order per row: penalties -> (greedy: argmax) -> temperature -> top-k -> top-p -> min-p
--> draw with the request's own generator. Logprobs are those of the model's raw
+-> draw with the request's own generator. A seeded request reseeds its generator from
+(seed, output index) before every draw, so token i depends only on the seed, the
+distribution and i: a request split across a prefill and a decode worker draws exactly
+what it would draw in one engine. Logprobs are those of the model's raw
 distribution (before penalties and temperature), as OpenAI reports them.
 When every row is greedy without penalties, one argmax serves the whole batch.
 """
@@ -27,13 +30,20 @@ class SamplerState:
     output_counts: Counter[int] = field(default_factory=Counter)
 
     @classmethod
-    def create(cls, params: SamplingParams, prompt_ids: Sequence[int]) -> SamplerState:
+    def create(
+        cls, params: SamplingParams, prompt_ids: Sequence[int], output_ids: Sequence[int] = ()
+    ) -> SamplerState:
+        """output_ids: tokens already generated elsewhere (a prefill worker's first token)."""
         gen = torch.Generator()
         if params.seed is None:
             gen.seed()
-        else:
-            gen.manual_seed(params.seed)
-        return cls(params, prompt_ids, gen)
+        return cls(params, prompt_ids, gen, Counter(output_ids))
+
+    def draw(self, probs: torch.Tensor) -> int:
+        if self.params.seed is not None:
+            index = sum(self.output_counts.values())
+            self.generator.manual_seed((self.params.seed * 1_000_003 + index) % 2**63)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ def _sample_row(row: torch.Tensor, state: SamplerState) -> int:
         probs = _top_p(probs, p.top_p)
     if p.min_p > 0.0:
         probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
-    return int(torch.multinomial(probs, 1, generator=state.generator))
+    return state.draw(probs)
 
 
 def _penalise(row: torch.Tensor, state: SamplerState) -> torch.Tensor:

@@ -18,11 +18,14 @@ class SeqStatus(IntEnum):
 
     WAITING = 0
     WAITING_FOR_KV = 1
+    """Blocks allocated, KV being pulled from a prefill worker."""
     RUNNING = 2
     PREEMPTED = 3
-    FINISHED_STOPPED = 4
-    FINISHED_LENGTH = 5
-    FINISHED_ABORTED = 6
+    HANDED_OFF = 4
+    """Prefill done and first token sampled; blocks held for a decode worker to pull."""
+    FINISHED_STOPPED = 5
+    FINISHED_LENGTH = 6
+    FINISHED_ABORTED = 7
 
     @property
     def finished(self) -> bool:
@@ -50,9 +53,15 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    """Chained hashes of the full blocks published to the prefix cache so far."""
     num_computed: int = 0
     """Tokens whose K/V is in the cache (all_ids[:num_computed])."""
     num_preemptions: int = 0
+    hand_off: bool = False
+    """Prefill only: after the first token, keep the blocks for a decode worker."""
+    num_cached_prompt: int = 0
+    """Prompt tokens whose KV came from the prefix cache."""
     _stops: StopStringMatcher = field(init=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +102,13 @@ class Sequence:
             self.status = SeqStatus.FINISHED_LENGTH
             text += self._drain()
         return text
+
+    def replay(self, s: Sample) -> None:
+        """Take a token sampled elsewhere as if sampled here, discarding its text (the
+        other worker already emitted it); detokeniser and stop state end up identical."""
+        self.output_ids.append(s.token_id)
+        self.samples.append(s)
+        self._stops.push(self.detokenizer.push(s.token_id))
 
     def _at_length_limit(self) -> bool:
         return (

@@ -1,0 +1,1 @@
+"""Moving KV blocks between workers: layout agreement, the NIXL agent, pull state."""
