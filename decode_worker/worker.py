@@ -267,6 +267,9 @@ class DecodeWorker:
     def _poll(self) -> None:
         for pull in list(self.pulls.values()):
             self._advance(pull)
+        # Without a progress thread UCX moves only when polled: this also flushes the
+        # release notifications sent for pulls that never transferred.
+        self.agent.notifications()
 
     def _idle_wait(self) -> float:
         return 0.0005 if self.pulls else 0.02

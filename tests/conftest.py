@@ -19,6 +19,7 @@ import pytest
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.loader import LoadedModel, load_model
 from engine.scheduler import SchedulerConfig
+from tests.disagg.cluster import WorkerProcess, start_worker
 from tests.factories import TinyModel, make_tiny_model
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -51,6 +52,22 @@ def smol_reference(smol: LoadedModel) -> torch.nn.Module:
 @pytest.fixture(scope="session")
 def tiny_factory(smol: LoadedModel) -> Callable[..., TinyModel]:
     return lambda **kw: make_tiny_model(smol.tokenizer, **kw)
+
+
+@pytest.fixture(scope="session")
+def prefill(cache_dir: Path, smol: LoadedModel) -> Iterator[WorkerProcess]:
+    """A real prefill worker process on loopback (smol: the weight cache is warm)."""
+    worker = start_worker("prefill", cache_dir, "--chunk-size", "256")
+    yield worker
+    assert worker.stop() == 0, "".join(worker.log[-20:])
+
+
+@pytest.fixture(scope="session")
+def decode(cache_dir: Path, smol: LoadedModel) -> Iterator[WorkerProcess]:
+    """A real decode worker process on loopback."""
+    worker = start_worker("decode", cache_dir)
+    yield worker
+    assert worker.stop() == 0, "".join(worker.log[-20:])
 
 
 @pytest.fixture
