@@ -20,6 +20,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--model", default=DEFAULT_MODEL)
     e.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     e.set_defaults(run=run_engine)
+    t = kinds.add_parser(
+        "transfer",
+        help="KV block transfer speed over NIXL against in-process memcpy",
+        description="Pull KV blocks from a real prefill worker process over NIXL (UCX) and "
+        "compare with memcpy of the same bytes, measured in the same run.",
+    )
+    t.add_argument("--model", default=DEFAULT_MODEL)
+    t.set_defaults(run=run_transfer)
 
 
 def run_engine(args: argparse.Namespace) -> int:
@@ -29,4 +37,13 @@ def run_engine(args: argparse.Namespace) -> int:
     loaded = load_with_progress(args.model)
     result = {"model": args.model, **run_engine_bench(loaded.model, quick=args.quick)}
     print(json.dumps(result), flush=True)
+    return 0
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    from bench.transfer import run_transfer_bench
+    from cluster.progress import load_with_progress
+
+    loaded = load_with_progress(args.model)
+    print(json.dumps(run_transfer_bench(args.model, loaded.args)), flush=True)
     return 0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.config import ModelArgs
+from engine.memory import hugepage_zeros
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,10 @@ class KVCache:
 
     def __init__(self, spec: KVCacheSpec, device: torch.device | str = "cpu") -> None:
         self.spec = spec
-        self.data = torch.zeros(spec.shape, dtype=spec.dtype, device=device)
+        if torch.device(device).type == "cpu":
+            self.data = hugepage_zeros(spec.shape, spec.dtype)
+        else:
+            self.data = torch.zeros(spec.shape, dtype=spec.dtype, device=device)
         s = spec
         # (NB*L*2*H_kv, 16*D): one row per [16 x D] tile, see the module docstring.
         self.tiles = self.data.view(s.num_blocks * s.num_layers * 2 * s.num_kv_heads, -1)

@@ -99,3 +99,15 @@ def test_help_lists_the_commands():
     )
     assert out.returncode == 0
     assert "generate" in out.stdout and "bench" in out.stdout
+
+
+@pytest.mark.slow
+def test_bench_transfer_prints_one_json_line(smol, cache_dir):
+    out = pdserve("bench", "transfer", cache_dir=cache_dir, timeout=600)
+    assert out.returncode == 0, out.stderr
+    [line] = out.stdout.strip().splitlines()
+    figures = json.loads(line)
+    for n in (1, 16, 256):
+        assert figures[f"nixl_gbs_{n}"] > 0 and figures[f"memcpy_gbs_{n}"] > 0
+        assert figures[f"nixl_vs_memcpy_{n}"] > 0
+    assert figures["transfer_ms_512tok"] > 0

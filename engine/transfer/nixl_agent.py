@@ -32,6 +32,7 @@ def nixl_available() -> bool:
 class NixlKVAgent:
     def __init__(self, name: str, cache: torch.Tensor) -> None:
         os.environ.setdefault("UCX_NET_DEVICES", "lo")  # before UCX initialises
+        os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # its INFO lines go to stdout
         from nixl._api import nixl_agent, nixl_agent_config
 
         config = nixl_agent_config(enable_prog_thread=False, enable_listen_thread=False)
