@@ -61,6 +61,18 @@ def load_model(
     return LoadedModel(source, args, model, tokenizer, from_cache)
 
 
+def load_tokenizer(
+    name: str, cache_dir: Path | None = None, progress: Progress | None = None
+) -> tuple[Tokenizer, ModelArgs]:
+    """The tokenizer and architecture without the weights (what a router needs)."""
+    source = resolve_model(name)
+    cache = WeightCache(cache_dir or default_cache_dir())
+    key = cache_key(source, torch.float32)
+    if not cache.has(key):
+        _convert_into_cache(source, torch.float32, cache, key, progress or (lambda *a: None))
+    return Tokenizer.load(cache.entry(key)), args_from_json(cache.read_json(key, "model_args.json"))
+
+
 def _convert_into_cache(
     source: ModelSource, dtype: torch.dtype, cache: WeightCache, key: str, report: Progress
 ) -> None:
