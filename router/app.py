@@ -50,17 +50,18 @@ def create_app(
     store: BudgetStore,
 ) -> FastAPI:
     router = Router(config, pool, store)
-    app = FastAPI(title="pdserve router", docs_url=None, redoc_url=None)
-    app.add_exception_handler(APIError, api_error_handler)
 
-    @app.on_event("startup")
-    async def _start() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+            await store.close()
 
-    @app.on_event("shutdown")
-    async def _stop() -> None:
-        await pool.close()
-        await store.close()
+    app = FastAPI(title="pdserve router", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.add_exception_handler(APIError, api_error_handler)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -93,7 +94,7 @@ def create_app(
         except ValueError as e:
             raise APIError(400, str(e)[:200], param="messages") from None
         max_tokens = body.requested_max_tokens() or max(0, max_model_len - len(prompt))
-        check_context(len(prompt), max_tokens, max_model_len)
+        check_context(len(prompt), max_tokens, max_model_len, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         jobs = [Job(i, prompt, max_tokens, logprobs) for i in range(body.n)]
         return await _serve(router, tokenizer, config, tenant, body, jobs, chat=True)
@@ -108,7 +109,7 @@ def create_app(
             if any(not 0 <= t < tokenizer.vocab_size for t in p):
                 raise APIError(400, "prompt contains a token id outside the vocabulary",
                                param="prompt")  # fmt: skip
-            check_context(len(p), body.max_tokens, max_model_len)
+            check_context(len(p), body.max_tokens, max_model_len, "prompt")
         jobs = [
             Job(i * body.n + j, p, body.max_tokens, body.logprobs)
             for i, p in enumerate(prompts)

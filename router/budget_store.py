@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
-from router.buckets import Bucket, Claim, give_back, take
+from router.buckets import Bucket, Claim, give_back, refilled, take
 
 
 class BudgetStore(Protocol):
@@ -47,7 +47,7 @@ class MemoryStore:
 
     async def level(self, claim: Claim, now: float) -> float:
         async with self._lock:
-            return take([self._buckets.get(claim.key)], [claim], now)[1][0].level
+            return refilled(self._buckets.get(claim.key), claim, now).level
 
     async def close(self) -> None:
         return None

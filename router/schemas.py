@@ -82,6 +82,6 @@ class CompletionRequest(_Sampling):
         p = self.prompt
         if isinstance(p, str):
             return [p]
-        if p and isinstance(p[0], int):
-            return [list(p)]  # type: ignore[arg-type]
+        if not p or isinstance(p[0], int):
+            return [list(p)]  # type: ignore[arg-type]  (one prompt of token ids)
         return list(p)  # type: ignore[arg-type]

@@ -67,7 +67,7 @@ def check_limits(body: ChatCompletionRequest | CompletionRequest, config: Router
             raise invalid("echo is not supported", "echo")
 
 
-def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int, param: str) -> None:
     if prompt_tokens + max_tokens > max_model_len:
         raise APIError(
             400,
@@ -76,11 +76,11 @@ def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> No
             f"{max_tokens} in the completion). Please reduce the length of the messages or "
             "completion.",
             "invalid_request_error",
-            "messages" if max_tokens else "prompt",
+            param,
             "context_length_exceeded",
         )
     if prompt_tokens == 0:
-        raise invalid("The prompt is empty", "prompt")
+        raise invalid("The prompt is empty", param)
 
 
 def sampling_params(
