@@ -28,6 +28,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--model", default=DEFAULT_MODEL)
     t.set_defaults(run=run_transfer)
+    r = kinds.add_parser(
+        "router",
+        help="what the router adds per request, against stub workers",
+        description="Latency the router adds to a chat completion (HTTP, validation, "
+        "tokenisation, admission, routing, streaming) against stub gRPC workers, and the "
+        "admission path's throughput.",
+    )
+    r.add_argument("--requests", type=int, default=300)
+    r.set_defaults(run=run_router)
 
 
 def run_engine(args: argparse.Namespace) -> int:
@@ -46,4 +55,11 @@ def run_transfer(args: argparse.Namespace) -> int:
 
     loaded = load_with_progress(args.model)
     print(json.dumps(run_transfer_bench(args.model, loaded.args)), flush=True)
+    return 0
+
+
+def run_router(args: argparse.Namespace) -> int:
+    from bench.router import run_router_bench
+
+    print(json.dumps(run_router_bench(args.requests)), flush=True)
     return 0

@@ -46,8 +46,11 @@ def start_worker(
         env["PDSERVE_CACHE_DIR"] = str(cache_dir)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", f"{role}-worker", "--port", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     log: list[str] = []
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None

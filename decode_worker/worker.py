@@ -138,9 +138,12 @@ class DecodeWorker:
                 engine.validate(prompt_ids, params)
                 self._sinks[request_id] = sink
                 self.pulls[request_id] = Pull(
-                    request_id, kv.engine_id, list(kv.block_ids), kv.num_tokens,
+                    request_id,
+                    kv.engine_id,
+                    list(kv.block_ids),
+                    kv.num_tokens,
                     deadline=time.monotonic() + kv.lease_s,
-                )  # fmt: skip
+                )
                 self._pull_args[request_id] = (prompt_ids, params, first)
                 self._advance(self.pulls[request_id])
 
@@ -185,9 +188,12 @@ class DecodeWorker:
             peer = self.peers[pull.engine_id]
             try:
                 pull.handle = self.agent.read(
-                    peer.name, peer.base_address, pull.remote_blocks, blocks,
+                    peer.name,
+                    peer.base_address,
+                    pull.remote_blocks,
+                    blocks,
                     b"release:" + rid.encode(),
-                )  # fmt: skip
+                )
             except RuntimeError as e:
                 self._fail(pull, str(e))
                 return

@@ -135,8 +135,10 @@ class Llama(nn.Module):
         rows = batch.logits_rows
         assert residual is not None
         x, _ = self.ops.add_rmsnorm(
-            x.index_select(0, rows), residual.index_select(0, rows), self.norm.weight,
+            x.index_select(0, rows),
+            residual.index_select(0, rows),
+            self.norm.weight,
             self.args.norm_eps,
-        )  # fmt: skip
+        )
         head = self.output or self.tok_embeddings
         return head.logits(x)

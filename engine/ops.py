@@ -119,17 +119,26 @@ class TritonOps:
         if plan.num_decode:
             parts.append(
                 paged_decode_attention(
-                    q[: plan.num_decode].contiguous(), kv_layer, meta.decode_block_tables,
-                    meta.decode_context_lens, scale, self.decode_splits,
+                    q[: plan.num_decode].contiguous(),
+                    kv_layer,
+                    meta.decode_block_tables,
+                    meta.decode_context_lens,
+                    scale,
+                    self.decode_splits,
                 )
-            )  # fmt: skip
+            )
         if plan.prefills:
             parts.append(
                 prefill_paged_attention(
-                    q[plan.num_decode :].contiguous(), kv_layer, meta.prefill_block_tables,
-                    meta.prefill_q_starts, meta.prefill_q_lens, meta.prefill_starts, scale,
+                    q[plan.num_decode :].contiguous(),
+                    kv_layer,
+                    meta.prefill_block_tables,
+                    meta.prefill_q_starts,
+                    meta.prefill_q_lens,
+                    meta.prefill_starts,
+                    scale,
                 )
-            )  # fmt: skip
+            )
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

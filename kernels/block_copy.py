@@ -20,12 +20,29 @@ TILE_T = 16
 
 @triton.jit
 def _tile_copy_kernel(
-    src_ptr, dst_ptr, src_ids_ptr, dst_ids_ptr, src_head0, dst_head0, n_heads,
-    s_b, s_l, s_kv, s_h, s_t,
-    d_b, d_l, d_kv, d_h, d_t,
-    SRC_INDEXED: tl.constexpr, DST_INDEXED: tl.constexpr,
-    D: tl.constexpr, BLOCK_D: tl.constexpr, TILE_T: tl.constexpr,
-):  # fmt: skip
+    src_ptr,
+    dst_ptr,
+    src_ids_ptr,
+    dst_ids_ptr,
+    src_head0,
+    dst_head0,
+    n_heads,
+    s_b,
+    s_l,
+    s_kv,
+    s_h,
+    s_t,
+    d_b,
+    d_l,
+    d_kv,
+    d_h,
+    d_t,
+    SRC_INDEXED: tl.constexpr,
+    DST_INDEXED: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    TILE_T: tl.constexpr,
+):
     i = tl.program_id(0)
     r = tl.program_id(1)
     head = r % n_heads
@@ -68,13 +85,21 @@ def _launch(
     layers, d = src.shape[1], src.shape[5]
     dummy = torch.zeros(1, dtype=torch.int64, device=src.device)
     _tile_copy_kernel[(n_blocks, layers * 2 * n_heads)](
-        src, dst,
-        dummy if src_ids is None else src_ids, dummy if dst_ids is None else dst_ids,
-        src_head0, dst_head0, n_heads,
-        *src.stride()[:5], *dst.stride()[:5],
-        SRC_INDEXED=src_ids is not None, DST_INDEXED=dst_ids is not None,
-        D=d, BLOCK_D=next_pow2(d), TILE_T=TILE_T,
-    )  # fmt: skip
+        src,
+        dst,
+        dummy if src_ids is None else src_ids,
+        dummy if dst_ids is None else dst_ids,
+        src_head0,
+        dst_head0,
+        n_heads,
+        *src.stride()[:5],
+        *dst.stride()[:5],
+        SRC_INDEXED=src_ids is not None,
+        DST_INDEXED=dst_ids is not None,
+        D=d,
+        BLOCK_D=next_pow2(d),
+        TILE_T=TILE_T,
+    )
 
 
 def pack_blocks(

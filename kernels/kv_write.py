@@ -13,11 +13,22 @@ from kernels._triton import next_pow2, tl, triton
 
 @triton.jit
 def _kv_write_kernel(
-    k_ptr, v_ptr, kv_ptr, blocks_ptr, offsets_ptr,
-    s_kn, s_kh, s_vn, s_vh,
-    s_kvb, s_kvkv, s_kvh, s_kvt,
-    D: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    k_ptr,
+    v_ptr,
+    kv_ptr,
+    blocks_ptr,
+    offsets_ptr,
+    s_kn,
+    s_kh,
+    s_vn,
+    s_vh,
+    s_kvb,
+    s_kvkv,
+    s_kvh,
+    s_kvt,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     n = tl.program_id(0)
     h = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
@@ -43,11 +54,22 @@ def kv_write(
     if n == 0:
         return
     _kv_write_kernel[(n, h)](
-        k, v, kv, blocks, offsets,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
-        D=d, BLOCK_D=next_pow2(d),
-    )  # fmt: skip
+        k,
+        v,
+        kv,
+        blocks,
+        offsets,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        kv.stride(0),
+        kv.stride(1),
+        kv.stride(2),
+        kv.stride(3),
+        D=d,
+        BLOCK_D=next_pow2(d),
+    )
 
 
 def ref_kv_write(

@@ -26,15 +26,31 @@ BLOCK_T = 16
 
 @triton.jit
 def _decode_part_kernel(
-    q_ptr, kv_ptr, tables_ptr, lens_ptr, part_ptr, lse_ptr,
-    scale, blocks_per_split,
-    s_qb, s_qh,
-    s_kvb, s_kvkv, s_kvh, s_kvt,
+    q_ptr,
+    kv_ptr,
+    tables_ptr,
+    lens_ptr,
+    part_ptr,
+    lse_ptr,
+    scale,
+    blocks_per_split,
+    s_qb,
+    s_qh,
+    s_kvb,
+    s_kvkv,
+    s_kvh,
+    s_kvt,
     s_tab,
-    s_pb, s_ph, s_ps,
-    s_lb, s_lh,
-    G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
-):  # fmt: skip
+    s_pb,
+    s_ph,
+    s_ps,
+    s_lb,
+    s_lh,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
     b = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -75,10 +91,20 @@ def _decode_part_kernel(
 
 @triton.jit
 def _merge_kernel(
-    part_ptr, lse_ptr, out_ptr, n_splits,
-    s_pb, s_ph, s_ps, s_lb, s_lh, s_ob, s_oh,
-    D: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    part_ptr,
+    lse_ptr,
+    out_ptr,
+    n_splits,
+    s_pb,
+    s_ph,
+    s_ps,
+    s_lb,
+    s_lh,
+    s_ob,
+    s_oh,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     b = tl.program_id(0)
     h = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
@@ -122,24 +148,49 @@ def paged_decode_attention(
     lse = torch.empty((b, h_q, num_splits), dtype=torch.float32, device=q.device)
     block_d = next_pow2(d)
     _decode_part_kernel[(b, h_q, num_splits)](
-        q, kv, block_tables, context_lens, parts, lse,
-        scale, per_split,
-        q.stride(0), q.stride(1),
-        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
+        q,
+        kv,
+        block_tables,
+        context_lens,
+        parts,
+        lse,
+        scale,
+        per_split,
+        q.stride(0),
+        q.stride(1),
+        kv.stride(0),
+        kv.stride(1),
+        kv.stride(2),
+        kv.stride(3),
         block_tables.stride(0),
-        parts.stride(0), parts.stride(1), parts.stride(2),
-        lse.stride(0), lse.stride(1),
-        G=h_q // h_kv, D=d, BLOCK_D=block_d, BLOCK_T=BLOCK_T,
-    )  # fmt: skip
+        parts.stride(0),
+        parts.stride(1),
+        parts.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        G=h_q // h_kv,
+        D=d,
+        BLOCK_D=block_d,
+        BLOCK_T=BLOCK_T,
+    )
     if num_splits == 1:
         return parts[:, :, 0].to(q.dtype)
     out = torch.empty_like(q)
     _merge_kernel[(b, h_q)](
-        parts, lse, out, num_splits,
-        parts.stride(0), parts.stride(1), parts.stride(2), lse.stride(0), lse.stride(1),
-        out.stride(0), out.stride(1),
-        D=d, BLOCK_D=block_d,
-    )  # fmt: skip
+        parts,
+        lse,
+        out,
+        num_splits,
+        parts.stride(0),
+        parts.stride(1),
+        parts.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        out.stride(0),
+        out.stride(1),
+        D=d,
+        BLOCK_D=block_d,
+    )
     return out
 
 

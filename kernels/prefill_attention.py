@@ -26,15 +26,29 @@ BLOCK_M = 16
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, kv_ptr, tables_ptr, q_starts_ptr, q_lens_ptr, starts_ptr, out_ptr,
+    q_ptr,
+    kv_ptr,
+    tables_ptr,
+    q_starts_ptr,
+    q_lens_ptr,
+    starts_ptr,
+    out_ptr,
     scale,
-    s_qn, s_qh,
-    s_kvb, s_kvkv, s_kvh, s_kvt,
+    s_qn,
+    s_qh,
+    s_kvb,
+    s_kvkv,
+    s_kvh,
+    s_kvt,
     s_tab,
-    s_on, s_oh,
-    G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_T: tl.constexpr,
-):  # fmt: skip
+    s_on,
+    s_oh,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
     i = tl.program_id(0)
     h = tl.program_id(1)
     m_tile = tl.program_id(2)
@@ -102,14 +116,29 @@ def prefill_paged_attention(
     max_q = int(q_lens.max()) if s else 0
     grid = (s, h_q, max(1, -(-max_q // BLOCK_M)))
     _prefill_kernel[grid](
-        q, kv, block_tables, q_starts, q_lens, starts, out,
+        q,
+        kv,
+        block_tables,
+        q_starts,
+        q_lens,
+        starts,
+        out,
         scale,
-        q.stride(0), q.stride(1),
-        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
+        q.stride(0),
+        q.stride(1),
+        kv.stride(0),
+        kv.stride(1),
+        kv.stride(2),
+        kv.stride(3),
         block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        G=h_q // h_kv, D=d, BLOCK_D=next_pow2(d), BLOCK_M=BLOCK_M, BLOCK_T=BLOCK_T,
-    )  # fmt: skip
+        out.stride(0),
+        out.stride(1),
+        G=h_q // h_kv,
+        D=d,
+        BLOCK_D=next_pow2(d),
+        BLOCK_M=BLOCK_M,
+        BLOCK_T=BLOCK_T,
+    )
     return out
 
 

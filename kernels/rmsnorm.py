@@ -13,10 +13,18 @@ from kernels._triton import next_pow2, tl, triton
 
 @triton.jit
 def _add_rmsnorm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, eps,
-    s_x, s_res, s_out,
-    N: tl.constexpr, BLOCK: tl.constexpr, HAS_X: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    eps,
+    s_x,
+    s_res,
+    s_out,
+    N: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_X: tl.constexpr,
+):
     row = tl.program_id(0)
     i = tl.arange(0, BLOCK)
     ok = i < N
@@ -40,10 +48,18 @@ def add_rmsnorm(
         assert x.shape == residual.shape and x.stride(-1) == 1
     out = torch.empty_like(residual)
     _add_rmsnorm_kernel[(rows,)](
-        residual if x is None else x, residual, weight, out, eps,
-        0 if x is None else x.stride(0), residual.stride(0), out.stride(0),
-        N=n, BLOCK=next_pow2(n), HAS_X=x is not None,
-    )  # fmt: skip
+        residual if x is None else x,
+        residual,
+        weight,
+        out,
+        eps,
+        0 if x is None else x.stride(0),
+        residual.stride(0),
+        out.stride(0),
+        N=n,
+        BLOCK=next_pow2(n),
+        HAS_X=x is not None,
+    )
     return out
 
 

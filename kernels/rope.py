@@ -16,10 +16,16 @@ from kernels._triton import next_pow2, tl, triton
 
 @triton.jit
 def _rope_kernel(
-    x_ptr, pos_ptr, cos_ptr, sin_ptr,
-    s_xn, s_xh, s_c,
-    HALF: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    pos_ptr,
+    cos_ptr,
+    sin_ptr,
+    s_xn,
+    s_xh,
+    s_c,
+    HALF: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     n = tl.program_id(0)
     h = tl.program_id(1)
     i = tl.arange(0, BLOCK)
@@ -43,10 +49,16 @@ def rope_(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torc
     if n == 0:
         return
     _rope_kernel[(n, h)](
-        x, positions, cos, sin,
-        x.stride(0), x.stride(1), cos.stride(0),
-        HALF=d // 2, BLOCK=next_pow2(d // 2),
-    )  # fmt: skip
+        x,
+        positions,
+        cos,
+        sin,
+        x.stride(0),
+        x.stride(1),
+        cos.stride(0),
+        HALF=d // 2,
+        BLOCK=next_pow2(d // 2),
+    )
 
 
 def ref_rope_(

@@ -71,8 +71,11 @@ def create_app(
     async def ready() -> Response:
         load = pool.cluster_load()
         ok = load.prefill_workers > 0 and load.decode_workers > 0
-        body = {"ready": ok, "prefill_workers": load.prefill_workers,
-                "decode_workers": load.decode_workers}  # fmt: skip
+        body = {
+            "ready": ok,
+            "prefill_workers": load.prefill_workers,
+            "decode_workers": load.decode_workers,
+        }
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/v1/models")
@@ -107,8 +110,9 @@ def create_app(
         prompts = [tokenizer.encode(p) if isinstance(p, str) else p for p in body.prompts()]
         for p in prompts:
             if any(not 0 <= t < tokenizer.vocab_size for t in p):
-                raise APIError(400, "prompt contains a token id outside the vocabulary",
-                               param="prompt")  # fmt: skip
+                raise APIError(
+                    400, "prompt contains a token id outside the vocabulary", param="prompt"
+                )
             check_context(len(p), body.max_tokens, max_model_len, "prompt")
         jobs = [
             Job(i * body.n + j, p, body.max_tokens, body.logprobs)
@@ -326,8 +330,11 @@ class _Formatter:
             text = "".join(e.text for e in events)
             reason = next((e.finish_reason for e in events if e.finish_reason), "stop")
             samples = [s for e in events for s in e.samples]
-            choice: dict[str, Any] = {"index": i, "finish_reason": reason,
-                                      "logprobs": self._logprobs(samples)}  # fmt: skip
+            choice: dict[str, Any] = {
+                "index": i,
+                "finish_reason": reason,
+                "logprobs": self._logprobs(samples),
+            }
             if self.chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:

@@ -130,9 +130,12 @@ class Router:
             if decode_addr is None:
                 raise overloaded("no decode worker is reachable")
             request = pb.GenerateRequest(
-                request_id=request_id, prompt_token_ids=prompt, params=wire,
-                first_token=first, kv=kv,
-            )  # fmt: skip
+                request_id=request_id,
+                prompt_token_ids=prompt,
+                params=wire,
+                first_token=first,
+                kv=kv,
+            )
             try:
                 async for chunk in self.pool.decode_stubs[decode_addr].Generate(request):
                     samples = tuple(sample_from_proto(t) for t in chunk.tokens)

@@ -111,3 +111,13 @@ def test_bench_transfer_prints_one_json_line(smol, cache_dir):
         assert figures[f"nixl_gbs_{n}"] > 0 and figures[f"memcpy_gbs_{n}"] > 0
         assert figures[f"nixl_vs_memcpy_{n}"] > 0
     assert figures["transfer_ms_512tok"] > 0
+
+
+@pytest.mark.slow
+def test_bench_router_prints_one_json_line(cache_dir):
+    out = pdserve("bench", "router", "--requests", "30", cache_dir=cache_dir, timeout=300)
+    assert out.returncode == 0, out.stderr
+    [line] = out.stdout.strip().splitlines()
+    figures = json.loads(line)
+    assert figures["routed_p50_ms"] > 0 and figures["direct_p50_ms"] > 0
+    assert figures["admissions_per_s"] > 0

@@ -35,10 +35,13 @@ def run_disaggregated(
     reason = ""
     stream = d.Generate(
         pb.GenerateRequest(
-            request_id=request_id, prompt_token_ids=prompt, params=wire,
-            first_token=first.first_token, kv=first.kv,
+            request_id=request_id,
+            prompt_token_ids=prompt,
+            params=wire,
+            first_token=first.first_token,
+            kv=first.kv,
         )
-    )  # fmt: skip
+    )
     for chunk in stream:
         tokens += [t.token_id for t in chunk.tokens]
         text += chunk.text

@@ -72,9 +72,14 @@ def test_abort_during_decode_by_client_disconnect(smol, stubs):
     wire = params_to_proto(long)
     first = p.Prefill(pb.PrefillRequest(request_id="ab-d", prompt_token_ids=prompt, params=wire))
     stream = d.Generate(
-        pb.GenerateRequest(request_id="ab-d", prompt_token_ids=prompt, params=wire,
-                           first_token=first.first_token, kv=first.kv)
-    )  # fmt: skip
+        pb.GenerateRequest(
+            request_id="ab-d",
+            prompt_token_ids=prompt,
+            params=wire,
+            first_token=first.first_token,
+            kv=first.kv,
+        )
+    )
     for i, _ in enumerate(stream):
         if i == 3:
             break
@@ -92,9 +97,14 @@ def test_abort_right_after_generate_at_any_stage(smol, stubs):
         rid = f"race-{i}"
         first = p.Prefill(pb.PrefillRequest(request_id=rid, prompt_token_ids=prompt, params=wire))
         stream = d.Generate(
-            pb.GenerateRequest(request_id=rid, prompt_token_ids=prompt, params=wire,
-                               first_token=first.first_token, kv=first.kv)
-        )  # fmt: skip
+            pb.GenerateRequest(
+                request_id=rid,
+                prompt_token_ids=prompt,
+                params=wire,
+                first_token=first.first_token,
+                kv=first.kv,
+            )
+        )
         threading.Timer(0.002 * i, lambda rid=rid: d.Abort(pb.AbortRequest(request_id=rid))).start()
         reasons = [c.finish_reason for c in stream if c.finish_reason]
         assert reasons in (["abort"], ["length"])
@@ -110,8 +120,11 @@ def short_lease_prefill(cache_dir, smol) -> Iterator[WorkerProcess]:
 def test_kv_nobody_reads_is_freed_at_lease_expiry(smol, short_lease_prefill):
     p = prefill_stub(short_lease_prefill)
     prompt = random_prompt(100, smol.args.vocab_size, seed=8)
-    first = p.Prefill(pb.PrefillRequest(request_id="lease", prompt_token_ids=prompt,
-                                        params=params_to_proto(GREEDY)))  # fmt: skip
+    first = p.Prefill(
+        pb.PrefillRequest(
+            request_id="lease", prompt_token_ids=prompt, params=params_to_proto(GREEDY)
+        )
+    )
     assert len(first.kv.block_ids) == 7 and first.kv.lease_ms == 1000
     held = p.Stats(pb.StatsRequest())
     assert held.used_blocks == 7 and held.leased_requests == 1
@@ -136,9 +149,14 @@ def test_abort_while_waiting_for_blocks_releases_the_prefill_side(smol, prefill,
     wire = params_to_proto(GREEDY)
     first = p.Prefill(pb.PrefillRequest(request_id="wait", prompt_token_ids=prompt, params=wire))
     stream = d.Generate(
-        pb.GenerateRequest(request_id="wait", prompt_token_ids=prompt, params=wire,
-                           first_token=first.first_token, kv=first.kv)
-    )  # fmt: skip
+        pb.GenerateRequest(
+            request_id="wait",
+            prompt_token_ids=prompt,
+            params=wire,
+            first_token=first.first_token,
+            kv=first.kv,
+        )
+    )
     time.sleep(0.3)
     assert d.Stats(pb.StatsRequest()).queue_depth == 0  # the pull waits outside the queue
     assert p.Stats(pb.StatsRequest()).leased_requests >= 1

@@ -73,8 +73,16 @@ SCALINGS = {
 @pytest.mark.parametrize("scaling", list(SCALINGS))
 @pytest.mark.parametrize("d", [64, 128])
 def test_rope_in_place_on_a_strided_qk_view(device, dtype, scaling, d):
-    args = ModelArgs(vocab_size=8, dim=4 * d, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=8,
-                     max_seq_len=512, rope_scaling=SCALINGS[scaling])  # fmt: skip
+    args = ModelArgs(
+        vocab_size=8,
+        dim=4 * d,
+        n_layers=1,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn_dim=8,
+        max_seq_len=512,
+        rope_scaling=SCALINGS[scaling],
+    )
     cos, sin = (t.to(device) for t in rope_table(args, torch.float32))
     qkv = rand(6, 4 + 2 * 2, d, dtype=dtype, device=device)
     positions = torch.tensor([0, 1, 17, 100, 300, 511], device=device)

@@ -16,9 +16,12 @@ LOAD = ClusterLoad(prefill_workers=1, decode_workers=1, decode_queue_depth=0, de
 
 
 def config(**kw: object) -> RouterConfig:
-    tenants = {"default": Tenant(limits=Limits(input_tokens_per_min=1000, output_tokens_per_min=600,
-                                              requests_per_min=10)),
-               "gold": Tenant(priority=2)}  # fmt: skip
+    tenants = {
+        "default": Tenant(
+            limits=Limits(input_tokens_per_min=1000, output_tokens_per_min=600, requests_per_min=10)
+        ),
+        "gold": Tenant(priority=2),
+    }
     return RouterConfig(model="m", tenants=tenants, **kw)
 
 

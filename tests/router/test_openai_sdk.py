@@ -44,9 +44,13 @@ def test_chat_streaming_matches_non_streaming_and_reports_usage(client):
         model=MODEL, messages=FRANCE, max_tokens=20, temperature=0
     )
     stream = client.chat.completions.create(
-        model=MODEL, messages=FRANCE, max_tokens=20, temperature=0, stream=True,
+        model=MODEL,
+        messages=FRANCE,
+        max_tokens=20,
+        temperature=0,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full.choices[0].message.content
@@ -84,8 +88,13 @@ def test_stop_string_is_honoured(client):
 
 
 def test_seed_reproducibility_and_n(client):
-    kw = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}],
-          "max_tokens": 16, "temperature": 1.0, "seed": 42}  # fmt: skip
+    kw = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "seed": 42,
+    }
     a = client.chat.completions.create(**kw)
     b = client.chat.completions.create(**kw)
     assert a.choices[0].message.content == b.choices[0].message.content
@@ -122,8 +131,14 @@ def test_multibyte_characters_stream_whole(client):
 
 
 def test_client_disconnect_frees_blocks_on_both_workers(base_url, prefill, decode):
-    body = {"model": MODEL, "messages": FRANCE, "max_tokens": 400, "temperature": 0,
-            "stream": True, "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": FRANCE,
+        "max_tokens": 400,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=30) as r:
         for i, _ in enumerate(r.iter_lines()):
             if i >= 6:

@@ -228,8 +228,11 @@ def client(router_config, smol):
         yield c
 
 
-@pytest.mark.parametrize(("case", "path", "body", "headers", "status", "etype", "param"), CASES,
-                         ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "path", "body", "headers", "status", "etype", "param"),
+    CASES,
+    ids=[c[0] for c in CASES],
+)
 def test_bad_input(client, prefill, decode, case, path, body, headers, status, etype, param):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     r = client.post(path, content=raw, headers={"Content-Type": "application/json", **headers})
