@@ -18,11 +18,11 @@ import ctypes.util
 import statistics
 import time
 import uuid
-from collections.abc import Callable
 
 import grpc
 import torch
 
+from bench.engine import median_seconds
 from cluster.local_process import start_worker
 from engine.config import ModelArgs
 from engine.kv_cache import KVCacheSpec
@@ -35,16 +35,6 @@ from proto.v1 import pdserve_pb2 as pb
 from proto.v1 import pdserve_pb2_grpc as rpc
 
 BLOCK_COUNTS = (1, 16, 256)
-
-
-def _median_s(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm-up (first READ also connects UCX)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _wait(agent: NixlKVAgent, handle: object) -> None:
@@ -91,9 +81,9 @@ def run_transfer_bench(model: str, args: ModelArgs, reps: int = 7) -> dict[str, 
                 for dst_block, src_block in enumerate(remote):
                     memcpy(local[dst_block].data_ptr(), src[src_block].data_ptr(), block_bytes)
 
-            nixl_s = _median_s(pull, reps)
-            memcpy_s = _median_s(copy_blocks, reps)
-            torch_s = _median_s(lambda n=n: local[:n].copy_(src[:n]), reps)
+            nixl_s = median_seconds(pull, reps)
+            memcpy_s = median_seconds(copy_blocks, reps)
+            torch_s = median_seconds(lambda n=n: local[:n].copy_(src[:n]), reps)
             nbytes = n * block_bytes
             out[f"nixl_gbs_{n}"] = round(nbytes / nixl_s / 1e9, 2)
             out[f"memcpy_gbs_{n}"] = round(nbytes / memcpy_s / 1e9, 2)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import grpc
+
+from engine.transfer.layout import PROTOCOL_VERSION
+from proto.v1 import pdserve_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -52,3 +57,38 @@ async def serve(
 async def abort_invalid(context: grpc.aio.ServicerContext, message: str) -> None:
     """INVALID_ARGUMENT with a short message (never echo much of the input back)."""
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message[:300])
+
+
+class WorkerRPCs:
+    """Abort, Health and Stats: the same on every worker (prefill and decode servicers
+    take them from here). `worker` offers abort(id) and stats() futures, `config.engine_id`
+    and `engine.max_model_len`."""
+
+    role = ""
+
+    def __init__(self, worker: Any, model: str) -> None:
+        self.worker = worker
+        self.model = model
+
+    async def Abort(
+        self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AbortResponse:
+        found = await asyncio.wrap_future(self.worker.abort(request.request_id))
+        return pb.AbortResponse(found=found)
+
+    async def Health(
+        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HealthResponse:
+        return pb.HealthResponse(
+            protocol_version=PROTOCOL_VERSION,
+            role=self.role,
+            model=self.model,
+            engine_id=self.worker.config.engine_id,
+            max_model_len=self.worker.engine.max_model_len,
+        )
+
+    async def Stats(
+        self, request: pb.StatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatsResponse:
+        s = await asyncio.wrap_future(self.worker.stats())
+        return pb.StatsResponse(**dataclasses.asdict(s))

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from cluster.serving import GRPC_OPTIONS, abort_invalid
+from cluster.serving import GRPC_OPTIONS, WorkerRPCs, abort_invalid
 from decode_worker.worker import DecodeWorker, KVSource
 from engine.errors import InvalidRequest
 from engine.llm_engine import RequestOutput
@@ -24,10 +24,12 @@ from proto.v1 import pdserve_pb2 as pb
 from proto.v1 import pdserve_pb2_grpc as rpc
 
 
-class DecodeServicer(rpc.DecodeWorkerServicer):
+class DecodeServicer(WorkerRPCs, rpc.DecodeWorkerServicer):
+    role = "decode"
+
     def __init__(self, worker: DecodeWorker, model: str) -> None:
-        self.worker = worker
-        self.model = model
+        super().__init__(worker, model)
+        self.worker: DecodeWorker = worker
         self._handshakes: dict[str, asyncio.Task[None]] = {}
 
     async def Generate(
@@ -112,26 +114,3 @@ class DecodeServicer(rpc.DecodeWorkerServicer):
         await asyncio.wrap_future(
             self.worker.add_peer(engine_id, meta.agent_metadata, meta.base_address)
         )
-
-    async def Abort(
-        self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
-    ) -> pb.AbortResponse:
-        found = await asyncio.wrap_future(self.worker.abort(request.request_id))
-        return pb.AbortResponse(found=found)
-
-    async def Health(
-        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
-    ) -> pb.HealthResponse:
-        return pb.HealthResponse(
-            protocol_version=PROTOCOL_VERSION,
-            role="decode",
-            model=self.model,
-            engine_id=self.worker.config.engine_id,
-            max_model_len=self.worker.engine.max_model_len,
-        )
-
-    async def Stats(
-        self, request: pb.StatsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.StatsResponse:
-        s = await asyncio.wrap_future(self.worker.stats())
-        return pb.StatsResponse(**s.__dict__)

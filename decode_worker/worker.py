@@ -34,6 +34,7 @@ from engine.scheduler import SchedulerConfig
 from engine.transfer.layout import KVLayout
 from engine.transfer.nixl_agent import NixlKVAgent
 from engine.transfer.pulls import Pull, PullState
+from engine.worker_stats import WorkerStats, engine_stats
 
 log = logging.getLogger(__name__)
 Sink = Callable[[RequestOutput], None]
@@ -61,19 +62,6 @@ class KVSource:
 class Peer:
     name: str
     base_address: int
-
-
-@dataclass(frozen=True)
-class DecodeStats:
-    queue_depth: int
-    running: int
-    free_blocks: int
-    used_blocks: int
-    cached_blocks: int
-    total_blocks: int
-    transfers_in_flight: int
-    preemptions: int
-    invariant_error: str
 
 
 class DecodeWorker:
@@ -152,22 +140,10 @@ class DecodeWorker:
     def abort(self, request_id: str) -> Future[bool]:
         return self.loop.call(lambda engine: self._abort(request_id))
 
-    def stats(self) -> Future[DecodeStats]:
-        def snapshot(engine: LLMEngine) -> DecodeStats:
-            pool, sched = engine.pool, engine.scheduler
-            return DecodeStats(
-                queue_depth=len(sched.waiting) + len(sched.waiting_for_kv),
-                running=len(sched.running),
-                free_blocks=pool.num_free,
-                used_blocks=pool.num_in_use,
-                cached_blocks=pool.num_cached,
-                total_blocks=pool.num_blocks,
-                transfers_in_flight=sum(
-                    p.state == PullState.TRANSFERRING for p in self.pulls.values()
-                ),
-                preemptions=sched.num_preemptions,
-                invariant_error=pool.invariant_error(),
-            )
+    def stats(self) -> Future[WorkerStats]:
+        def snapshot(engine: LLMEngine) -> WorkerStats:
+            moving = sum(p.state == PullState.TRANSFERRING for p in self.pulls.values())
+            return engine_stats(engine, transfers_in_flight=moving)
 
         return self.loop.call(snapshot)
 

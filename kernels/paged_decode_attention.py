@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._reference import contiguous_kv
 from kernels._triton import next_pow2, tl, triton
 
 BLOCK_T = 16
@@ -206,10 +207,7 @@ def ref_paged_decode_attention(
     h_kv = kv.shape[2]
     out = torch.empty_like(q)
     for i in range(b):
-        n = int(context_lens[i])
-        blocks = block_tables[i, : -(-n // BLOCK_T)].long()
-        k = kv[blocks, 0].transpose(0, 1).reshape(h_kv, -1, d)[:, :n].float()  # (H_kv, n, D)
-        v = kv[blocks, 1].transpose(0, 1).reshape(h_kv, -1, d)[:, :n].float()
+        k, v = contiguous_kv(kv, block_tables[i], int(context_lens[i]))  # (H_kv, n, D)
         qi = q[i].float().view(h_kv, h_q // h_kv, d)  # (H_kv, G, D)
         probs = torch.softmax(qi @ k.transpose(1, 2) * scale, dim=-1)  # (H_kv, G, n)
         out[i] = (probs @ v).reshape(h_q, d).to(q.dtype)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._reference import contiguous_kv
 from kernels._triton import next_pow2, tl, triton
 
 BLOCK_T = 16
@@ -152,15 +153,13 @@ def ref_prefill_paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """Plain torch, one chunk at a time, with an explicit causal mask, in fp32."""
-    h_q, d = q.shape[1:]
+    h_q = q.shape[1]
     h_kv = kv.shape[2]
     out = torch.empty_like(q)
     for i in range(block_tables.shape[0]):
         q0, n, start = int(q_starts[i]), int(q_lens[i]), int(starts[i])
         total = start + n
-        blocks = block_tables[i, : -(-total // BLOCK_T)].long()
-        k = kv[blocks, 0].transpose(0, 1).reshape(h_kv, -1, d)[:, :total].float()
-        v = kv[blocks, 1].transpose(0, 1).reshape(h_kv, -1, d)[:, :total].float()
+        k, v = contiguous_kv(kv, block_tables[i], total)  # (H_kv, total, D)
         k = k.repeat_interleave(h_q // h_kv, dim=0)  # (H_q, total, D)
         v = v.repeat_interleave(h_q // h_kv, dim=0)
         qi = q[q0 : q0 + n].float().transpose(0, 1)  # (H_q, n, D)

@@ -7,7 +7,7 @@ import uuid
 
 import grpc
 
-from cluster.serving import abort_invalid
+from cluster.serving import WorkerRPCs, abort_invalid
 from engine.errors import InvalidRequest
 from engine.transfer.layout import PROTOCOL_VERSION
 from prefill_worker.worker import Aborted, PrefillWorker
@@ -16,10 +16,12 @@ from proto.v1 import pdserve_pb2 as pb
 from proto.v1 import pdserve_pb2_grpc as rpc
 
 
-class PrefillServicer(rpc.PrefillWorkerServicer):
+class PrefillServicer(WorkerRPCs, rpc.PrefillWorkerServicer):
+    role = "prefill"
+
     def __init__(self, worker: PrefillWorker, model: str, address: str) -> None:
-        self.worker = worker
-        self.model = model
+        super().__init__(worker, model)
+        self.worker: PrefillWorker = worker
         self.address = address
 
     def set_address(self, address: str) -> None:
@@ -96,26 +98,3 @@ class PrefillServicer(rpc.PrefillWorkerServicer):
             base_address=base,
             layout=layout_to_proto(self.worker.layout),
         )
-
-    async def Abort(
-        self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
-    ) -> pb.AbortResponse:
-        found = await asyncio.wrap_future(self.worker.abort(request.request_id))
-        return pb.AbortResponse(found=found)
-
-    async def Health(
-        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
-    ) -> pb.HealthResponse:
-        return pb.HealthResponse(
-            protocol_version=PROTOCOL_VERSION,
-            role="prefill",
-            model=self.model,
-            engine_id=self.worker.config.engine_id,
-            max_model_len=self.worker.engine.max_model_len,
-        )
-
-    async def Stats(
-        self, request: pb.StatsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.StatsResponse:
-        s = await asyncio.wrap_future(self.worker.stats())
-        return pb.StatsResponse(**s.__dict__)

@@ -30,6 +30,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.transfer.layout import KVLayout
 from engine.transfer.nixl_agent import NixlKVAgent
+from engine.worker_stats import WorkerStats, engine_stats
 from prefill_worker.leases import Leases
 
 log = logging.getLogger(__name__)
@@ -47,22 +48,6 @@ class PrefillWorkerConfig:
     lease_s: float = 30.0
     """Blocks of a request nobody pulls are freed after this long."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-
-
-@dataclass(frozen=True)
-class PrefillStats:
-    queue_depth: int
-    running: int
-    free_blocks: int
-    used_blocks: int
-    cached_blocks: int
-    total_blocks: int
-    outstanding_prefill_tokens: int
-    prefix_block_hashes: list[int]
-    prefix_cache_hit_tokens: int
-    leased_requests: int
-    preemptions: int
-    invariant_error: str
 
 
 class PrefillWorker:
@@ -128,22 +113,14 @@ class PrefillWorker:
     def transfer_metadata(self) -> Future[tuple[bytes, int]]:
         return self.loop.call(lambda engine: (self.agent.metadata(), self.agent.base_address))
 
-    def stats(self) -> Future[PrefillStats]:
-        def snapshot(engine: LLMEngine) -> PrefillStats:
-            pool, sched = engine.pool, engine.scheduler
-            return PrefillStats(
-                queue_depth=len(sched.waiting),
-                running=len(sched.running),
-                free_blocks=pool.num_free,
-                used_blocks=pool.num_in_use,
-                cached_blocks=pool.num_cached,
-                total_blocks=pool.num_blocks,
-                outstanding_prefill_tokens=sched.outstanding_prefill_tokens(),
-                prefix_block_hashes=pool.cached_hashes(),
-                prefix_cache_hit_tokens=sched.num_cached_tokens,
+    def stats(self) -> Future[WorkerStats]:
+        def snapshot(engine: LLMEngine) -> WorkerStats:
+            return engine_stats(
+                engine,
+                outstanding_prefill_tokens=engine.scheduler.outstanding_prefill_tokens(),
+                prefix_block_hashes=tuple(engine.pool.cached_hashes()),
+                prefix_cache_hit_tokens=engine.scheduler.num_cached_tokens,
                 leased_requests=len(self.leases),
-                preemptions=sched.num_preemptions,
-                invariant_error=pool.invariant_error(),
             )
 
         return self.loop.call(snapshot)
