@@ -27,6 +27,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--max-batch-tokens", type=int, default=2048)
         p.add_argument("--chunk-size", type=int, default=512)
         p.add_argument("--engine-id", default=None, help="NIXL agent name (default: random)")
+        p.add_argument(
+            "--transfer",
+            choices=["auto", "nixl", "tcp"],
+            default="auto",
+            help="KV transfer backend (auto: NIXL if importable, else TCP)",
+        )
         if role == "prefill":
             p.add_argument(
                 "--lease-s",
@@ -55,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         from proto.v1.pdserve_pb2_grpc import add_PrefillWorkerServicer_to_server
 
         worker = PrefillWorker(
-            loaded, PrefillWorkerConfig(engine_id, args.kv_cache_gb, args.lease_s, scheduler)
+            loaded,
+            PrefillWorkerConfig(
+                engine_id, args.kv_cache_gb, args.lease_s, scheduler, args.transfer, args.host
+            ),
         )
         advertised = f"{args.host}:{args.port}"
         servicer = PrefillServicer(worker, args.model, advertised)
@@ -68,7 +77,14 @@ def run(args: argparse.Namespace) -> int:
         from proto.v1.pdserve_pb2_grpc import add_DecodeWorkerServicer_to_server
 
         worker = DecodeWorker(
-            loaded, DecodeWorkerConfig(engine_id, args.kv_cache_gb, scheduler=scheduler)
+            loaded,
+            DecodeWorkerConfig(
+                engine_id,
+                args.kv_cache_gb,
+                scheduler=scheduler,
+                transfer=args.transfer,
+                host=args.host,
+            ),
         )
         servicer = DecodeServicer(worker, args.model)
 

@@ -111,6 +111,10 @@ class DecodeServicer(WorkerRPCs, rpc.DecodeWorkerServicer):
         check_compatible(self.worker.layout, layout_from_proto(meta.layout), meta.protocol_version)
         if meta.engine_id != engine_id:
             raise IncompatiblePeer(f"{address} is {meta.engine_id}, not {engine_id}")
+        if meta.backend != self.worker.backend:
+            raise IncompatiblePeer(
+                f"{address} transfers over {meta.backend}, this worker over {self.worker.backend}"
+            )
         await asyncio.wrap_future(
             self.worker.add_peer(engine_id, meta.agent_metadata, meta.base_address)
         )

@@ -31,8 +31,8 @@ from engine.loader import LoadedModel
 from engine.sampler import Sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerConfig
+from engine.transfer.agents import TransferBackend, make_kv_agent
 from engine.transfer.layout import KVLayout
-from engine.transfer.nixl_agent import NixlKVAgent
 from engine.transfer.pulls import Pull, PullState
 from engine.worker_stats import WorkerStats, engine_stats
 
@@ -44,8 +44,11 @@ Sink = Callable[[RequestOutput], None]
 class DecodeWorkerConfig:
     engine_id: str
     kv_cache_gb: float = 1.0
-    transfer_timeout_s: float = 30.0
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    transfer: TransferBackend = "auto"
+    """KV transfer backend: NIXL where importable ("auto"), or the TCP stream."""
+    host: str = "127.0.0.1"
+    """Address the TCP transfer backend listens on (the worker's own)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,9 @@ class DecodeWorker:
             loaded, EngineConfig(kv_cache_gb=config.kv_cache_gb, scheduler=config.scheduler)
         )
         self.layout = KVLayout.of(self.engine.kv.spec)
-        self.agent = NixlKVAgent(config.engine_id, self.engine.kv.data)
+        self.backend, self.agent = make_kv_agent(
+            config.transfer, config.engine_id, self.engine.kv.data, config.host
+        )
         self.peers: dict[str, Peer] = {}
         self.pulls: dict[str, Pull] = {}
         self._pull_args: dict[str, tuple[list[int], SamplingParams, Sample]] = {}

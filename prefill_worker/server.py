@@ -93,7 +93,7 @@ class PrefillServicer(WorkerRPCs, rpc.PrefillWorkerServicer):
         return pb.TransferMetadataResponse(
             protocol_version=PROTOCOL_VERSION,
             engine_id=self.worker.config.engine_id,
-            backend="nixl",
+            backend=self.worker.backend,
             agent_metadata=metadata,
             base_address=base,
             layout=layout_to_proto(self.worker.layout),

@@ -28,8 +28,8 @@ from engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
 from engine.loader import LoadedModel
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerConfig
+from engine.transfer.agents import TransferBackend, make_kv_agent
 from engine.transfer.layout import KVLayout
-from engine.transfer.nixl_agent import NixlKVAgent
 from engine.worker_stats import WorkerStats, engine_stats
 from prefill_worker.leases import Leases
 
@@ -48,6 +48,10 @@ class PrefillWorkerConfig:
     lease_s: float = 30.0
     """Blocks of a request nobody pulls are freed after this long."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    transfer: TransferBackend = "auto"
+    """KV transfer backend: NIXL where importable ("auto"), or the TCP stream."""
+    host: str = "127.0.0.1"
+    """Address the TCP transfer backend listens on (the worker's own)."""
 
 
 class PrefillWorker:
@@ -57,7 +61,9 @@ class PrefillWorker:
             loaded, EngineConfig(kv_cache_gb=config.kv_cache_gb, scheduler=config.scheduler)
         )
         self.layout = KVLayout.of(self.engine.kv.spec)
-        self.agent = NixlKVAgent(config.engine_id, self.engine.kv.data)
+        self.backend, self.agent = make_kv_agent(
+            config.transfer, config.engine_id, self.engine.kv.data, config.host
+        )
         self.leases = Leases(config.lease_s)
         self.num_expired = 0
         self._waiters: dict[str, Future[RequestOutput]] = {}

@@ -43,6 +43,8 @@ class RouterConfig(BaseModel):
     max_logprobs: int = 20
     max_queue_wait_s: float = 2.0
     """How long an over-budget request may wait for its budget before a 429 (per tier)."""
+    max_waiting: int = 1024
+    """Requests waiting for budget at once; more are refused (503) instead of queued."""
     max_queue_depth: int = 256
     """Decode-side waiting requests above which the cluster sheds load (503)."""
     max_kv_usage: float = 0.95

@@ -56,6 +56,8 @@ class Router:
         self.config = config
         self.pool = pool
         self.store = store
+        self.waiting = 0
+        """Requests now waiting in the admission queue (bounded by config.max_waiting)."""
 
     # -- admission -------------------------------------------------------------------
 
@@ -72,7 +74,13 @@ class Router:
             if isinstance(step, Reject):
                 raise self._reject(step, await self._limit_headers(admitted.claims))
             assert isinstance(step, Queue)
-            await asyncio.sleep(step.wait_s + 0.01)
+            if self.waiting >= self.config.max_waiting:
+                raise overloaded(f"admission queue full ({self.waiting} waiting)", step.wait_s)
+            self.waiting += 1
+            try:
+                await asyncio.sleep(step.wait_s + 0.01)
+            finally:
+                self.waiting -= 1
             waited += step.wait_s + 0.01
 
     async def refund(self, admit: Admit, unused_output_tokens: int) -> None:

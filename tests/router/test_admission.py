@@ -145,3 +145,33 @@ def test_routing_decode_by_free_blocks_then_batch():
     b = WorkerLoad("b", free_blocks=100, running=2)
     c = WorkerLoad("c", free_blocks=50, running=0)
     assert pick_decode([a, b, c], Cooldowns(5), now=0) == "b"
+
+
+def test_admission_queue_is_bounded_and_waits_then_admits():
+    from router.budget_store import MemoryStore
+    from router.errors import APIError
+    from router.service import Router
+
+    class Pool:  # only what Router.admit reads
+        def cluster_load(self) -> ClusterLoad:
+            return LOAD
+
+    limits = Limits(requests_per_min=60)  # one request per second
+    cfg = RouterConfig(
+        model="m", tenants={"default": Tenant(limits=limits)}, max_queue_wait_s=2.0, max_waiting=1
+    )
+    router = Router(cfg, Pool(), MemoryStore())  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        for _ in range(60):  # drain the bucket
+            await router.admit(ask())
+        waiting = asyncio.create_task(router.admit(ask()))  # waits ~1 s for a token
+        await asyncio.sleep(0.1)
+        assert router.waiting == 1
+        with pytest.raises(APIError) as err:  # the queue (size 1) is full
+            await router.admit(ask())
+        assert err.value.status == 503
+        assert isinstance(await waiting, Admit)
+        assert router.waiting == 0
+
+    asyncio.run(scenario())
