@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 serve: install
-	$(BIN)/pdserve generate
+	$(BIN)/pdserve up
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -46,60 +46,33 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from cluster.progress import load_with_progress
     from cluster.serving import serve
+    from cluster.worker_server import WorkerServer, WorkerSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    scheduler = SchedulerConfig(
-        max_num_seqs=args.max_num_seqs,
-        max_batch_tokens=args.max_batch_tokens,
-        chunk_size=args.chunk_size,
+    settings = WorkerSettings(
+        role=args.role,
+        engine_id=args.engine_id or f"{args.role}-{uuid.uuid4().hex[:8]}",
+        host=args.host,
+        port=args.port,
+        kv_cache_gb=args.kv_cache_gb,
+        lease_s=getattr(args, "lease_s", 30.0),
+        transfer=args.transfer,
+        scheduler=SchedulerConfig(
+            max_num_seqs=args.max_num_seqs,
+            max_batch_tokens=args.max_batch_tokens,
+            chunk_size=args.chunk_size,
+        ),
     )
-    engine_id = args.engine_id or f"{args.role}-{uuid.uuid4().hex[:8]}"
-    loaded = load_with_progress(args.model)
-    if args.role == "prefill":
-        from prefill_worker.server import PrefillServicer
-        from prefill_worker.worker import PrefillWorker, PrefillWorkerConfig
-        from proto.v1.pdserve_pb2_grpc import add_PrefillWorkerServicer_to_server
-
-        worker = PrefillWorker(
-            loaded,
-            PrefillWorkerConfig(
-                engine_id, args.kv_cache_gb, args.lease_s, scheduler, args.transfer, args.host
-            ),
-        )
-        advertised = f"{args.host}:{args.port}"
-        servicer = PrefillServicer(worker, args.model, advertised)
-
-        def add(server) -> None:
-            add_PrefillWorkerServicer_to_server(servicer, server)
-    else:
-        from decode_worker.server import DecodeServicer
-        from decode_worker.worker import DecodeWorker, DecodeWorkerConfig
-        from proto.v1.pdserve_pb2_grpc import add_DecodeWorkerServicer_to_server
-
-        worker = DecodeWorker(
-            loaded,
-            DecodeWorkerConfig(
-                engine_id,
-                args.kv_cache_gb,
-                scheduler=scheduler,
-                transfer=args.transfer,
-                host=args.host,
-            ),
-        )
-        servicer = DecodeServicer(worker, args.model)
-
-        def add(server) -> None:
-            add_DecodeWorkerServicer_to_server(servicer, server)
-
-    worker.start()
+    ws = WorkerServer(load_with_progress(args.model), args.model, settings)
+    ws.worker.start()
     asyncio.run(
         serve(
-            add,
+            ws.add_to,
             args.host,
             args.port,
             f"{args.role}-worker",
-            worker.stop,
-            on_bound=getattr(servicer, "set_address", None),
+            ws.worker.stop,
+            on_bound=ws.bound,
         )
     )
     return 0
