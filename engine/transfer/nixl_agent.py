@@ -58,9 +58,6 @@ class NixlKVAgent:
         self._peers.add(name)
         return name
 
-    def has_peer(self, name: str) -> bool:
-        return name in self._peers
-
     def read(
         self,
         peer: str,

@@ -88,9 +88,6 @@ class TcpKVAgent:
         self._peers[name] = address
         return name
 
-    def has_peer(self, name: str) -> bool:
-        return name in self._peers
-
     def read(
         self,
         peer: str,
