@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cluster import cmd_bench, cmd_generate, cmd_router, cmd_status, cmd_up, cmd_workers
+from cluster import cmd_bench, cmd_generate, cmd_router, cmd_up, cmd_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +20,6 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_workers.add_parsers(sub)
     cmd_router.add_parser(sub)
     cmd_up.add_parser(sub)
-    cmd_status.add_parser(sub)
     return parser
 
 

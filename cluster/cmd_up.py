@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cluster.actors import start_worker_actor
-    from cluster.controller import NAMESPACE, WorkerEntry, start_controller
     from cluster.progress import load_with_progress
     from cluster.worker_server import WorkerSettings
     from engine.scheduler import SchedulerConfig
@@ -63,11 +62,10 @@ def run(args: argparse.Namespace) -> int:
     spec = _with_overrides(load_spec(args.spec), args)
     started = time.monotonic()
     loaded = load_with_progress(spec.model)  # converts and caches once for every actor
-    common = {"include_dashboard": False, "log_to_driver": False, "namespace": NAMESPACE}
     if args.address:
-        ray.init(address=args.address, **common)
+        ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(_node_ip_address="127.0.0.1", **common)
+        ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     actors = []
     try:
         roles = [("prefill", spec.prefill)] * spec.prefill.replicas
@@ -86,19 +84,10 @@ def run(args: argparse.Namespace) -> int:
                 transfer=spec.transfer.backend,
                 scheduler=scheduler,
             )
-            actor = start_worker_actor(spec.model, settings, part.num_cpus)
-            actors.append((role, settings.engine_id, actor))
-        addresses = ray.get([a.address.remote() for _, _, a in actors])
-        url = f"http://{spec.router.host}:{spec.router.port}/v1"
-        controller = start_controller(spec.model, url)
-        ray.get(
-            [
-                controller.register.remote(WorkerEntry(engine_id, role, address))
-                for (role, engine_id, _), address in zip(actors, addresses, strict=True)
-            ]
-        )
+            actors.append((role, start_worker_actor(spec.model, settings, part.num_cpus)))
+        addresses = ray.get([a.address.remote() for _, a in actors])
         by_role = {
-            r: tuple(a for (role, _, _), a in zip(actors, addresses, strict=True) if role == r)
+            r: tuple(a for (role, _), a in zip(actors, addresses, strict=True) if role == r)
             for r in ("prefill", "decode")
         }
         config = RouterConfig(
@@ -122,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
         # Ask workers to stop cleanly, briefly (a terminal's Ctrl-C may already have
         # reached Ray's own processes), then tear the actors and the local Ray down.
         with contextlib.suppress(Exception):
-            ray.get([actor.stop.remote() for _, _, actor in actors], timeout=5)
-        for _, _, actor in actors:
+            ray.get([actor.stop.remote() for _, actor in actors], timeout=5)
+        for _, actor in actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
         ray.shutdown()

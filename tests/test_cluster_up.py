@@ -55,20 +55,8 @@ def test_up_serves_openai_and_stops_cleanly(smol, cache_dir):
         )
         assert "Paris" in r.choices[0].message.content
         assert len(ray_processes()) > len(before)
-        # 3. `pdserve status` from another process lists both workers, healthy.
-        status = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "status"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
-        assert status.returncode == 0, status.stdout + status.stderr
-        rows = [line for line in status.stdout.splitlines() if " ok " in line]
-        assert sorted(row.split()[1] for row in rows) == ["decode", "prefill"], status.stdout
     finally:
-        # 4. SIGTERM stops everything it started.
+        # 3. SIGTERM stops everything it started.
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0, rest[-2000:]
