@@ -80,7 +80,6 @@ class DecodeWorker:
         self.peers: dict[str, Peer] = {}
         self.pulls: dict[str, Pull] = {}
         self._pull_args: dict[str, tuple[list[int], SamplingParams, Sample]] = {}
-        self.transfer_seconds: list[float] = []
         self._sinks: dict[str, Sink] = {}
         self.loop = EngineLoop(
             self.engine, self._on_outputs, self._poll, self._idle_wait, name="decode-loop"
@@ -188,7 +187,6 @@ class DecodeWorker:
                 self._fail(pull, "NIXL READ failed")
                 return
             pull.state = PullState.DONE
-            self.transfer_seconds.append(time.monotonic() - pull.started)
             del self.pulls[rid], self._pull_args[rid]
             if pull.abort_requested:
                 self.engine.abort(rid)

@@ -65,7 +65,6 @@ class PrefillWorker:
             config.transfer, config.engine_id, self.engine.kv.data, config.host
         )
         self.leases = Leases(config.lease_s)
-        self.num_expired = 0
         self._waiters: dict[str, Future[RequestOutput]] = {}
         self.loop = EngineLoop(
             self.engine, self._on_outputs, self._poll, self._idle_wait, name="prefill-loop"
@@ -151,7 +150,6 @@ class PrefillWorker:
                     self._release(msg[len(RELEASE_PREFIX) :].decode())
         for request_id in self.leases.expired(time.monotonic()):
             log.info("lease of %s expired: freeing its blocks", request_id)
-            self.num_expired += 1
             self.engine.release_handed_off(request_id)
 
     def _idle_wait(self) -> float:
