@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine.sampling_params import SamplingParams
@@ -33,7 +34,22 @@ def run_disaggregated(
     if first.finish_reason:
         return Result(tokens, text, first.finish_reason, first)
     reason = ""
-    stream = d.Generate(
+    for chunk in generate_after(d, request_id, prompt, wire, first):
+        tokens += [t.token_id for t in chunk.tokens]
+        text += chunk.text
+        reason = chunk.finish_reason or reason
+    return Result(tokens, text, reason, first)
+
+
+def generate_after(
+    d: rpc.DecodeWorkerStub,
+    request_id: str,
+    prompt: list[int],
+    wire: pb.SamplingParams,
+    first: pb.PrefillResponse,
+) -> Iterator[pb.TokenChunk]:
+    """Open the decode stream that continues `first` (a PrefillResponse) on `d`."""
+    return d.Generate(
         pb.GenerateRequest(
             request_id=request_id,
             prompt_token_ids=prompt,
@@ -42,8 +58,3 @@ def run_disaggregated(
             kv=first.kv,
         )
     )
-    for chunk in stream:
-        tokens += [t.token_id for t in chunk.tokens]
-        text += chunk.text
-        reason = chunk.finish_reason or reason
-    return Result(tokens, text, reason, first)

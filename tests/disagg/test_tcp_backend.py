@@ -11,7 +11,7 @@ import pytest
 from engine.sampling_params import SamplingParams
 from proto.convert import params_to_proto
 from proto.v1 import pdserve_pb2 as pb
-from tests.disagg.client import run_disaggregated
+from tests.disagg.client import generate_after, run_disaggregated
 from tests.disagg.cluster import (
     WorkerProcess,
     assert_no_leaks,
@@ -50,17 +50,7 @@ def test_backends_must_match_at_handshake(smol, tcp_workers, decode):
     first = p.Prefill(pb.PrefillRequest(request_id="mix", prompt_token_ids=prompt, params=wire))
     nixl_decode = decode_stub(decode)  # the session's decode worker runs NIXL
     with pytest.raises(grpc.RpcError) as err:
-        list(
-            nixl_decode.Generate(
-                pb.GenerateRequest(
-                    request_id="mix",
-                    prompt_token_ids=prompt,
-                    params=wire,
-                    first_token=first.first_token,
-                    kv=first.kv,
-                )
-            )
-        )
+        list(generate_after(nixl_decode, "mix", prompt, wire, first))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "tcp" in err.value.details()
     assert p.ReleaseKV(pb.ReleaseKVRequest(request_id="mix")).released

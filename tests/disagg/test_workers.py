@@ -15,7 +15,7 @@ import pytest
 from engine.sampling_params import SamplingParams
 from proto.convert import params_to_proto
 from proto.v1 import pdserve_pb2 as pb
-from tests.disagg.client import run_disaggregated
+from tests.disagg.client import generate_after, run_disaggregated
 from tests.disagg.cluster import (
     WorkerProcess,
     assert_no_leaks,
@@ -71,15 +71,7 @@ def test_abort_during_decode_by_client_disconnect(smol, stubs):
     long = SamplingParams(max_tokens=500, temperature=0, ignore_eos=True)
     wire = params_to_proto(long)
     first = p.Prefill(pb.PrefillRequest(request_id="ab-d", prompt_token_ids=prompt, params=wire))
-    stream = d.Generate(
-        pb.GenerateRequest(
-            request_id="ab-d",
-            prompt_token_ids=prompt,
-            params=wire,
-            first_token=first.first_token,
-            kv=first.kv,
-        )
-    )
+    stream = generate_after(d, "ab-d", prompt, wire, first)
     for i, _ in enumerate(stream):
         if i == 3:
             break
@@ -96,15 +88,7 @@ def test_abort_right_after_generate_at_any_stage(smol, stubs):
         prompt = random_prompt(300 + 50 * i, smol.args.vocab_size, seed=200 + i)
         rid = f"race-{i}"
         first = p.Prefill(pb.PrefillRequest(request_id=rid, prompt_token_ids=prompt, params=wire))
-        stream = d.Generate(
-            pb.GenerateRequest(
-                request_id=rid,
-                prompt_token_ids=prompt,
-                params=wire,
-                first_token=first.first_token,
-                kv=first.kv,
-            )
-        )
+        stream = generate_after(d, rid, prompt, wire, first)
         threading.Timer(0.002 * i, lambda rid=rid: d.Abort(pb.AbortRequest(request_id=rid))).start()
         reasons = [c.finish_reason for c in stream if c.finish_reason]
         assert reasons in (["abort"], ["length"])
@@ -148,15 +132,7 @@ def test_abort_while_waiting_for_blocks_releases_the_prefill_side(smol, prefill,
     prompt = random_prompt(100, smol.args.vocab_size, seed=9)  # 7 blocks: never fits in 2
     wire = params_to_proto(GREEDY)
     first = p.Prefill(pb.PrefillRequest(request_id="wait", prompt_token_ids=prompt, params=wire))
-    stream = d.Generate(
-        pb.GenerateRequest(
-            request_id="wait",
-            prompt_token_ids=prompt,
-            params=wire,
-            first_token=first.first_token,
-            kv=first.kv,
-        )
-    )
+    stream = generate_after(d, "wait", prompt, wire, first)
     time.sleep(0.3)
     assert d.Stats(pb.StatsRequest()).queue_depth == 0  # the pull waits outside the queue
     assert p.Stats(pb.StatsRequest()).leased_requests >= 1
